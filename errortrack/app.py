@@ -1,0 +1,34 @@
+"""Composition root: builds the stores and services and lists every route."""
+
+from __future__ import annotations
+
+import falcon
+import orjson
+
+from errortrack.api import errors, health
+from errortrack.api.middleware import DatabaseSessions
+from errortrack.config import Settings
+from errortrack.state import AppState
+
+
+def _json_handler() -> falcon.media.JSONHandler:
+    return falcon.media.JSONHandler(
+        dumps=lambda obj: orjson.dumps(obj).decode(),
+        loads=orjson.loads,
+    )
+
+
+def create_app(settings: Settings | None = None, *, state: AppState | None = None) -> falcon.App:
+    if state is None:
+        state = AppState.build(settings or Settings.from_env())
+    app = falcon.App(middleware=[DatabaseSessions(state.sessions)])
+    handler = _json_handler()
+    app.req_options.media_handlers[falcon.MEDIA_JSON] = handler
+    app.resp_options.media_handlers[falcon.MEDIA_JSON] = handler
+    # Trailing slashes are part of Sentry's ingest URLs; treat /x and /x/ alike elsewhere.
+    app.req_options.strip_url_path_trailing_slash = True
+    errors.install(app)
+
+    app.add_route("/healthz", health.Healthz())
+    app.add_route("/readyz", health.Readyz(state))
+    return app
