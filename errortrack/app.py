@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import falcon
 import orjson
 
 from errortrack.api import errors, health
+from errortrack.api.auth import Authentication
 from errortrack.api.middleware import DatabaseSessions
 from errortrack.config import Settings
 from errortrack.state import AppState
@@ -21,7 +24,9 @@ def _json_handler() -> falcon.media.JSONHandler:
 def create_app(settings: Settings | None = None, *, state: AppState | None = None) -> falcon.App:
     if state is None:
         state = AppState.build(settings or Settings.from_env())
-    app = falcon.App(middleware=[DatabaseSessions(state.sessions)])
+    # Authentication only records the clock; principal(req) authenticates lazily.
+    middleware: list[Any] = [DatabaseSessions(state.sessions), Authentication(state.clock)]
+    app = falcon.App(middleware=middleware)
     handler = _json_handler()
     app.req_options.media_handlers[falcon.MEDIA_JSON] = handler
     app.resp_options.media_handlers[falcon.MEDIA_JSON] = handler
