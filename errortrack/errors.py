@@ -55,6 +55,13 @@ class Conflict(ErrortrackError):
     code = "conflict"
 
 
+class Gone(ErrortrackError):
+    """Existed once but can no longer be used (an expired, used or revoked invitation)."""
+
+    status = 410
+    code = "gone"
+
+
 class PayloadTooLarge(ErrortrackError):
     status = 413
     code = "payload_too_large"
