@@ -137,3 +137,16 @@ class Issue(Base):
         sa.Index("ix_issues_project_last_seen", "project_id", "last_seen"),
         sa.CheckConstraint("status IN ('unresolved', 'resolved', 'muted')", name="status"),
     )
+
+
+class GroupedBatch(Base):
+    """A writer batch whose events were already counted into issues.
+
+    The grouping hook records the batch token in the same transaction as the counts, so
+    that a batch replayed after a crash (same token) is not counted twice.
+    """
+
+    __tablename__ = "grouped_batches"
+
+    token: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    processed_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), index=True)
