@@ -49,6 +49,14 @@ def _non_negative_int(raw: str) -> int:
     return value
 
 
+def _retention_days(raw: str) -> int:
+    value = int(raw)
+    # Rows store it as UInt16; a century is more than anyone keeps.
+    if not 1 <= value <= 36500:
+        raise ValueError("expected a number of days from 1 to 36500")
+    return value
+
+
 def _positive_float(raw: str) -> float:
     value = float(raw)
     if value <= 0:
@@ -109,6 +117,15 @@ class Settings:
     log_level: str = _setting("INFO", _log_level, "Server log level")
     # Read by `errortrack bootstrap` when no --password-file is given.
     bootstrap_password: str = _setting("", str, "Password for `errortrack bootstrap`")
+    # Days a log, event or span is kept unless its project overrides it (docs/RETENTION.md):
+    # 90 days covers a quarter of history, Sentry's own default for errors.
+    retention_days: int = _setting(90, _retention_days, "Default retention in days")
+    # How often the serving process runs its retention pass (expired partitions, disk cap).
+    retention_interval_seconds: float = _setting(
+        3600.0, _positive_float, "Seconds between retention passes"
+    )
+    # Instance-wide cap on ClickHouse bytes on disk; over it the oldest days go first. 0 = off.
+    disk_cap_bytes: int = _setting(0, _non_negative_int, "ClickHouse disk cap in bytes (0 = off)")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
