@@ -126,6 +126,17 @@ class Settings:
     )
     # Instance-wide cap on ClickHouse bytes on disk; over it the oldest days go first. 0 = off.
     disk_cap_bytes: int = _setting(0, _non_negative_int, "ClickHouse disk cap in bytes (0 = off)")
+    # Ingest: cap on one request body after decompression (Sentry allows 200 MiB per
+    # envelope; 20 MiB keeps N threads x body in memory well under the RSS budget).
+    max_body_bytes: int = _setting(20 * 2**20, _positive_int, "Ingest body cap in bytes (413)")
+    # Ingest spool: above this many bytes of rows not yet in ClickHouse, ingest answers 503.
+    spool_max_bytes: int = _setting(2**30, _positive_int, "Spool size cap in bytes (503)")
+    # The writer inserts a batch at this many rows or at WRITER_MAX_AGE_MS, whichever first;
+    # ClickHouse wants big inserts (about 4-5 ms fixed cost each), bench/RESULTS.md.
+    writer_batch_rows: int = _setting(20_000, _positive_int, "Rows per ClickHouse insert")
+    writer_max_age_ms: int = _setting(1000, _positive_int, "Max age in ms of a spooled batch")
+    # Accepted items per second per project (a log counts once per log line); 0 = no limit.
+    rate_limit_per_second: int = _setting(0, _non_negative_int, "Ingest items/s per project")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
