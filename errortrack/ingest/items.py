@@ -37,8 +37,9 @@ from collections.abc import Callable
 from typing import Any
 
 from errortrack.ingest import logs
+from errortrack.spool.records import TABLES
 
-TABLES = ("logs", "events", "spans")
+__all__ = ["HANDLERS", "TABLES", "ItemContext", "ItemRows", "dispatch"]
 
 
 @dataclasses.dataclass(frozen=True)
