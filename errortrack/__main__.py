@@ -1,3 +1,0 @@
-from errortrack.cli import main
-
-main(prog_name="errortrack")

@@ -1,1 +1,0 @@
-"""HTTP front door: thin Falcon resources over the services."""

@@ -1,1 +1,0 @@
-"""Authentication: passwords, API tokens, login sessions."""

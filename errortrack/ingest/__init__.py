@@ -1,1 +1,0 @@
-"""SDK ingest: envelope parsing, bounded decompression, auth, rate limits, item rows."""

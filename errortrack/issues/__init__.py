@@ -1,2 +1,0 @@
-"""Error events grouped into issues: fingerprints, event rows, the grouping hook and the
-issue status services."""

@@ -1,1 +1,0 @@
-"""Logs: read-only queries over the ClickHouse ``logs`` table (ingest writes it)."""

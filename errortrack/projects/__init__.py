@@ -1,1 +1,0 @@
-"""Projects, their public ingest keys and their DSNs."""

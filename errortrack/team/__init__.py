@@ -1,1 +1,0 @@
-"""Users and the team: the primary user, global roles."""

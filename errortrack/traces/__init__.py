@@ -1,1 +1,0 @@
-"""Transactions and spans: SDK payloads -> rows of the ``spans`` table."""
