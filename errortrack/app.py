@@ -1,0 +1,58 @@
+"""Composition root: builds the stores and services and lists every route."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import falcon
+import orjson
+
+from errortrack.api import account, errors, health, projects, team, tokens
+from errortrack.api.auth import Authentication
+from errortrack.api.middleware import DatabaseSessions
+from errortrack.auth.throttle import LoginThrottle
+from errortrack.config import Settings
+from errortrack.state import AppState
+
+
+def _json_handler() -> falcon.media.JSONHandler:
+    return falcon.media.JSONHandler(
+        dumps=lambda obj: orjson.dumps(obj).decode(),
+        loads=orjson.loads,
+    )
+
+
+def create_app(settings: Settings | None = None, *, state: AppState | None = None) -> falcon.App:
+    if state is None:
+        state = AppState.build(settings or Settings.from_env())
+    # Authentication only records the clock; principal(req) authenticates lazily.
+    middleware: list[Any] = [DatabaseSessions(state.sessions), Authentication(state.clock)]
+    app = falcon.App(middleware=middleware)
+    handler = _json_handler()
+    app.req_options.media_handlers[falcon.MEDIA_JSON] = handler
+    app.resp_options.media_handlers[falcon.MEDIA_JSON] = handler
+    # Trailing slashes are part of Sentry's ingest URLs; treat /x and /x/ alike elsewhere.
+    app.req_options.strip_url_path_trailing_slash = True
+    errors.install(app)
+
+    app.add_route("/healthz", health.Healthz())
+    app.add_route("/readyz", health.Readyz(state))
+
+    # Access: login sessions, team, invitations, projects, members, tokens (docs/API.md).
+    app.add_route("/auth/login", account.Login(state, LoginThrottle(state.clock)))
+    app.add_route("/auth/logout", account.Logout(state))
+    app.add_route("/auth/register", account.Register())
+    app.add_route("/auth/invitations/{token}", account.InvitationByToken(state))
+    app.add_route("/auth/invitations/{token}/accept", account.AcceptInvitation(state))
+    app.add_route("/api/me", account.Me())
+    app.add_route("/api/team", team.Team())
+    app.add_route("/api/team/{user_id:int}", team.TeamUser())
+    app.add_route("/api/invitations", team.Invitations(state))
+    app.add_route("/api/invitations/{invitation_id:int}", team.InvitationItem(state))
+    app.add_route("/api/projects", projects.Projects(state))
+    app.add_route("/api/projects/{project_id:int}", projects.ProjectItem(state))
+    app.add_route("/api/projects/{project_id:int}/members", projects.Members())
+    app.add_route("/api/projects/{project_id:int}/members/{user_id:int}", projects.Member())
+    app.add_route("/api/tokens", tokens.Tokens(state))
+    app.add_route("/api/tokens/{token_id:int}", tokens.TokenItem())
+    return app
