@@ -1,0 +1,40 @@
+# `make help` lists the targets. Every target creates the virtualenv it needs.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+.DEFAULT_GOAL := help
+
+help: ## List the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(BIN)/errortrack: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[openapi]'
+	@touch $@
+
+$(VENV)/.dev: $(BIN)/errortrack
+	$(BIN)/pip install -q -e '.[openapi,dev]'
+	@touch $@
+
+run: $(BIN)/errortrack ## Create the virtualenv, install, and serve on http://$(HOST):$(PORT) (embedded stores)
+	$(BIN)/errortrack serve --host $(HOST) --port $(PORT)
+
+install-dev: $(VENV)/.dev ## Install the package with the dev and openapi extras
+
+test: $(VENV)/.dev ## Run the whole test suite (set ERRORTRACK_TEST_DATABASE_URL for Postgres)
+	$(BIN)/python -m pytest
+
+lint: $(VENV)/.dev ## ruff (lint and format check) and mypy
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: $(VENV)/.dev ## Apply ruff's fixes and formatting
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+.PHONY: help run install-dev test lint format

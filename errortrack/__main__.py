@@ -1,0 +1,3 @@
+from errortrack.cli import main
+
+main(prog_name="errortrack")

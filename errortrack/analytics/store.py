@@ -1,0 +1,83 @@
+"""One ClickHouse client per thread, over chDB (embedded) or HTTP (server).
+
+chDB allows one data directory per process and is opened lazily, on a thread's first
+call, so the engine is never opened at import or before gunicorn forks. Each thread gets
+its own client because one shared client serialises every call (ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import clickhouse_connect
+from clickhouse_connect.driver.client import Client
+
+DEFAULT_DATABASE = "errortrack"
+
+
+class ClickHouse:
+    def __init__(self, url: str, *, database: str | None = None, cluster: str = "") -> None:
+        parts = urlsplit(url)
+        self.url = url
+        self.embedded = parts.scheme == "chdb"
+        self.cluster = cluster
+        if database is None:
+            query_db = parse_qs(parts.query).get("database", [""])[0]
+            path_db = "" if self.embedded else parts.path.strip("/")
+            database = query_db or path_db or DEFAULT_DATABASE
+        self.database = database
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._database_ready = False
+
+    def _connect(self, database: str | None) -> Client:
+        if self.embedded:
+            path = urlsplit(self.url).path
+            return clickhouse_connect.get_client(dsn=f"chdb://{path}", database=database or "")
+        parts = urlsplit(self.url)
+        return clickhouse_connect.get_client(
+            host=parts.hostname or "localhost",
+            port=parts.port or (8443 if parts.scheme == "https" else 8123),
+            username=parts.username or "default",
+            password=parts.password or "",
+            secure=parts.scheme == "https",
+            database=database or "",
+            # A server is shared; fail a stuck call instead of hanging a request forever.
+            connect_timeout=5,
+            send_receive_timeout=60,
+        )
+
+    def ensure_database(self) -> None:
+        with self._lock:
+            if self._database_ready:
+                return
+            bootstrap = self._connect(None)
+            on_cluster = f" ON CLUSTER '{self.cluster}'" if self.cluster else ""
+            bootstrap.command(f"CREATE DATABASE IF NOT EXISTS `{self.database}`{on_cluster}")
+            bootstrap.close()
+            self._database_ready = True
+
+    def client(self) -> Client:
+        client: Client | None = getattr(self._local, "client", None)
+        if client is None:
+            self.ensure_database()
+            client = self._connect(self.database)
+            self._local.client = client
+        return client
+
+    # Thin pass-throughs so that callers need not think about threads.
+    def command(self, sql: str, parameters: Any = None, settings: Any = None) -> Any:
+        return self.client().command(sql, parameters=parameters, settings=settings)
+
+    def query_rows(self, sql: str, parameters: Any = None, settings: Any = None) -> list[Any]:
+        return list(self.client().query(sql, parameters=parameters, settings=settings).result_rows)
+
+    def ping(self) -> None:
+        """Raise when the store does not answer."""
+        self.client().command("SELECT 1")
+
+    def drop_database(self) -> None:
+        self._connect(None).command(f"DROP DATABASE IF EXISTS `{self.database}` SYNC")
+        self._database_ready = False

@@ -1,0 +1,1 @@
+"""HTTP front door: thin Falcon resources over the services."""

@@ -1,0 +1,67 @@
+"""Every error leaves as one JSON body: {"error": {"code", "message", "field"}}.
+
+Domain errors, Falcon's own HTTP errors (unknown route, bad method, ...) and unexpected
+exceptions are all mapped here, in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import falcon
+
+from errortrack.errors import ErrortrackError
+
+log = logging.getLogger(__name__)
+
+# Falcon's status -> our error code, for errors Falcon raises itself.
+_FALCON_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    411: "length_required",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+    503: "unavailable",
+}
+
+
+def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "field": field}}
+
+
+def _domain(req: falcon.Request, resp: falcon.Response, ex: ErrortrackError, _p: Any) -> None:
+    resp.status = ex.status
+    resp.media = error_body(ex.code, ex.message, ex.field)
+    for name, value in ex.headers().items():
+        resp.set_header(name, value)
+
+
+def _falcon(req: falcon.Request, resp: falcon.Response, ex: falcon.HTTPError, _p: Any) -> None:
+    status = ex.status_code
+    message = ex.description or ex.title or "error"
+    if status == 404:
+        message = f"no resource at {req.path}"
+    elif status == 405:
+        message = f"method {req.method} not allowed on {req.path}"
+    resp.status = status
+    resp.media = error_body(_FALCON_CODES.get(status, "error"), message)
+    if ex.headers:
+        resp.set_headers(ex.headers)
+
+
+def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception, _p: Any) -> None:
+    log.exception("unhandled error on %s %s", req.method, req.path)
+    resp.status = 500
+    resp.media = error_body("internal_error", "internal server error")
+
+
+def install(app: falcon.App) -> None:
+    # Falcon picks the most specific handler by the exception's class hierarchy.
+    app.add_error_handler(Exception, _unexpected)
+    app.add_error_handler(falcon.HTTPError, _falcon)
+    app.add_error_handler(ErrortrackError, _domain)

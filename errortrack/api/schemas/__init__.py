@@ -1,0 +1,101 @@
+"""Marshmallow schemas, and the convention that ties them to the resources using them.
+
+Convention (read by the OpenAPI generator):
+every responder that takes a JSON body, a query string, or returns JSON is decorated with
+:func:`api_doc`, which stores an :class:`ApiDoc` on the function as ``__api_doc__``::
+
+    class Tokens:
+        @api_doc(request=TokenCreateIn, response=NewTokenOut, status=201,
+                 summary="Create an API token", tags=("tokens",))
+        def on_post(self, req, resp):
+            body = load(req, TokenCreateIn)          # 400 with the field named
+            ...
+            resp.media = NewTokenOut().dump(new)
+
+``request`` is the body schema (also used by :func:`load`), ``query`` the query-string
+schema, ``response`` the schema of the success body (``many=True`` for a JSON array;
+None with ``status=204`` for an empty response). ``auth=False`` marks endpoints that need
+no credentials. :func:`operations` walks a ``falcon.App``'s routes and yields
+``(path, method, ApiDoc)`` for every decorated responder, which is all an apispec plugin
+needs: path templates come from the router (``/api/projects/{project_id:int}``), the
+schemas from the record. Responders without a record are simply not documented.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any, TypeVar
+
+import falcon
+import marshmallow
+
+from errortrack.errors import BadRequest, ValidationError
+
+F = TypeVar("F", bound=Callable[..., Any])
+SchemaClass = type[marshmallow.Schema]
+
+
+@dataclasses.dataclass(frozen=True)
+class ApiDoc:
+    summary: str
+    request: SchemaClass | None = None
+    query: SchemaClass | None = None
+    response: SchemaClass | None = None
+    many: bool = False
+    status: int = 200
+    auth: bool = True
+    tags: tuple[str, ...] = ()
+
+
+def api_doc(summary: str, **fields: Any) -> Callable[[F], F]:
+    record = ApiDoc(summary=summary, **fields)
+
+    def attach(responder: F) -> F:
+        responder.__api_doc__ = record  # type: ignore[attr-defined]
+        return responder
+
+    return attach
+
+
+def load(req: falcon.Request, schema: SchemaClass) -> dict[str, Any]:
+    """The request's JSON body validated by ``schema``; 400 naming the first bad field."""
+    try:
+        media = req.get_media()
+    except falcon.MediaNotFoundError:
+        media = {}
+    except falcon.MediaMalformedError:
+        raise BadRequest("request body is not valid JSON") from None
+    if not isinstance(media, dict):
+        raise BadRequest("request body must be a JSON object")
+    try:
+        data: dict[str, Any] = schema().load(media)
+    except marshmallow.ValidationError as exc:
+        raise _first_error(exc) from None
+    return data
+
+
+def _first_error(exc: marshmallow.ValidationError) -> ValidationError:
+    messages = exc.messages if isinstance(exc.messages, dict) else {"_schema": exc.messages}
+    field, problems = sorted(messages.items())[0]
+    text = problems[0] if isinstance(problems, list) and problems else str(problems)
+    if text == "Unknown field.":
+        text = "unknown field"
+    return ValidationError(f"{field}: {text}", field=None if field == "_schema" else field)
+
+
+def operations(app: falcon.App) -> Iterator[tuple[str, str, ApiDoc]]:
+    """(path template, HTTP method, ApiDoc) for every documented responder of ``app``."""
+
+    def walk(nodes: list[Any], parent: str) -> Iterator[tuple[str, str, ApiDoc]]:
+        for node in nodes:
+            path = f"{parent}/{node.raw_segment}"
+            for method, func in sorted((node.method_map or {}).items()):
+                real = func.func if isinstance(func, partial) else func
+                record = getattr(real, "__api_doc__", None)
+                if record is not None:
+                    yield path, method, record
+            yield from walk(node.children or [], path)
+
+    yield from walk(app._router._roots, "")

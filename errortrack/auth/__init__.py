@@ -1,0 +1,1 @@
+"""Authentication: passwords, API tokens, login sessions."""

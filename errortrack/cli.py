@@ -1,0 +1,260 @@
+"""The ``errortrack`` command: serve, migrate, bootstrap, check."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import click
+
+from errortrack import relational
+from errortrack.config import Settings, SettingsError
+
+
+def _settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _use_utc() -> None:
+    # chDB reads the process time zone for naive datetimes; the whole server runs in UTC.
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+
+
+def _engine_in_use(exc: BaseException) -> bool:
+    text = str(exc)
+    return "Cannot lock file" in text or "Error initializing EmbeddedServer" in text
+
+
+@click.group()
+def main() -> None:
+    """errortrack: error tracking and logs for unchanged Sentry SDKs."""
+    _use_utc()
+
+
+def migrate_all(settings: Settings) -> tuple[list[str], list[str]]:
+    """Apply both stores' migrations; return what ClickHouse applied now."""
+    from errortrack.analytics import ClickHouse
+    from errortrack.analytics import migrate as ch_migrate
+
+    if not settings.database_url or not settings.clickhouse_url:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    relational.upgrade(settings.resolved_database_url)
+    store = ClickHouse(settings.resolved_clickhouse_url, cluster=settings.clickhouse_cluster)
+    return ["head"], ch_migrate.apply(store)
+
+
+@main.command()
+@click.option("--from-serve", is_flag=True, hidden=True)
+def migrate(from_serve: bool) -> None:
+    """Apply pending migrations of the relational and the ClickHouse store."""
+    settings = _settings()
+    if not from_serve:
+        _refuse_if_served(settings)
+    try:
+        _, applied = migrate_all(settings)
+    except Exception as exc:
+        if _engine_in_use(exc):
+            raise click.ClickException(
+                f"the embedded ClickHouse store in {settings.data_dir} is in use by a running "
+                "server; `errortrack serve` applies migrations itself when it starts"
+            ) from None
+        raise
+    click.echo("relational store: at head")
+    click.echo(f"clickhouse: applied {', '.join(applied) if applied else 'nothing (up to date)'}")
+
+
+@main.command()
+def check() -> None:
+    """Say whether both stores answer."""
+    from errortrack.state import AppState
+
+    settings = _settings()
+    state = AppState.build(settings)
+    if settings.embedded_clickhouse and _data_dir_locked(settings):
+        # Opening chDB now would fail noisily; the running server is the one to ask.
+        failures = state.check_stores(skip_clickhouse=True)
+        failures["clickhouse"] = (
+            "in use by a running server (embedded mode allows one process); "
+            "ask the server's /readyz instead"
+        )
+    else:
+        failures = state.check_stores()
+    for store in ("relational", "clickhouse"):
+        why = failures.get(store)
+        click.echo(f"{store}: {'ok' if why is None else 'FAILED: ' + why}")
+    if failures:
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--email", required=True, help="Email of the primary user.")
+@click.option(
+    "--password-file", type=click.File("r"), help="File whose first line is the password."
+)
+def bootstrap(email: str, password_file: IO[str] | None) -> None:
+    """Create the primary user, a global admin. Refused once any user exists."""
+    import sqlalchemy as sa
+
+    from errortrack import db
+    from errortrack.errors import ErrortrackError
+    from errortrack.models import User
+    from errortrack.team.users import bootstrap_primary
+
+    settings = _settings()
+    if not settings.database_url:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    relational.upgrade(settings.resolved_database_url)
+    engine = db.make_engine(settings.resolved_database_url)
+    factory = db.make_sessionmaker(engine)
+    with factory() as session:
+        if session.scalar(sa.select(sa.func.count()).select_from(User)):
+            click.echo(
+                "error: a user already exists; bootstrap only creates the first account", err=True
+            )
+            sys.exit(1)
+    if password_file is not None:
+        password = password_file.readline().rstrip("\r\n")
+    elif settings.bootstrap_password:
+        password = settings.bootstrap_password
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    try:
+        with db.unit_of_work(factory) as session:
+            user = bootstrap_primary(session, email=email, password=password)
+    except ErrortrackError as exc:
+        click.echo(f"error: {exc.message}", err=True)
+        sys.exit(1)
+    click.echo(f"created primary admin {user.email} (user_id {user.id})")
+
+
+def _refuse_if_served(settings: Settings) -> None:
+    if settings.embedded_clickhouse and _data_dir_locked(settings):
+        raise click.ClickException(
+            f"the embedded ClickHouse store in {settings.data_dir} is in use by a running "
+            "server; `errortrack serve` applies migrations itself when it starts"
+        )
+
+
+def _lock_path(settings: Settings) -> Path:
+    return settings.data_dir / "serve.lock"
+
+
+def _data_dir_locked(settings: Settings) -> bool:
+    path = _lock_path(settings)
+    if not path.exists():
+        return False
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
+def _take_data_dir(settings: Settings) -> IO[str]:
+    """Hold an exclusive lock on the data dir for the server's lifetime.
+
+    The spool and the embedded engine belong to one process; a second server on the
+    same directory must stop with a sentence, not a chDB traceback.
+    """
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    handle = _lock_path(settings).open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise click.ClickException(
+            f"another errortrack server is already running on data dir "
+            f"{settings.data_dir.resolve()}; stop it or choose another ERRORTRACK_DATA_DIR"
+        ) from None
+    return handle
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--workers", default=None, type=int, help="Worker processes (server mode).")
+@click.option("--threads", default=8, show_default=True, type=int, help="Threads per worker.")
+def serve(host: str, port: int, workers: int | None, threads: int) -> None:
+    """Apply pending migrations, then serve HTTP with gunicorn."""
+    settings = _settings()
+    lock = _take_data_dir(settings)
+    # Migrations run in a child process: chDB must not be opened in the process that
+    # forks the workers, and the child releases the engine when it exits. The child is
+    # told that the data-dir lock it sees is its parent's.
+    done = subprocess.run(
+        [sys.executable, "-m", "errortrack", "migrate", "--from-serve"], check=False
+    )
+    if done.returncode != 0:
+        raise click.ClickException("migrations failed; the server was not started")
+    if settings.embedded_clickhouse:
+        if workers not in (None, 1):
+            click.echo(
+                "embedded mode (chDB) runs exactly one worker; using 1 with threads", err=True
+            )
+        workers = 1
+    elif workers is None:
+        workers = min(4, (os.cpu_count() or 1) * 2)
+    _run_gunicorn(
+        {
+            "bind": f"{host}:{port}",
+            "workers": workers,
+            "threads": threads,
+            "worker_class": "gthread",
+            "preload_app": False,
+            "timeout": 60,
+            "graceful_timeout": 30,
+            "accesslog": None,
+            "loglevel": settings.log_level.lower(),
+            # gunicorn's control socket defaults to one path per user, which two servers
+            # (or two test runs) would fight over; errortrack does not use it.
+            "control_socket_disable": True,
+            # Background work (the ingest spool writer) runs in the worker, after fork.
+            "post_worker_init": _start_background,
+            "worker_exit": _stop_background,
+        }
+    )
+    lock.close()
+
+
+def _start_background(worker: Any) -> None:
+    from errortrack import wsgi
+
+    wsgi.state.start_background()
+
+
+def _stop_background(server: Any, worker: Any) -> None:
+    # Flushes the spool into ClickHouse; what cannot be inserted is replayed next start.
+    from errortrack import wsgi
+
+    wsgi.state.stop_background()
+
+
+def _run_gunicorn(options: dict[str, Any]) -> None:
+    from gunicorn.app.base import BaseApplication
+
+    class _Server(BaseApplication):
+        def load_config(self) -> None:
+            for key, value in options.items():
+                self.cfg.set(key, value)
+
+        def load(self) -> Any:
+            # Imported in the worker, after fork: nothing is opened before.
+            from errortrack.wsgi import app
+
+            return app
+
+    _Server().run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""Settings: the only reader of the environment.
+
+Every setting is an ``ERRORTRACK_<NAME>`` variable with a type, a default and a one-line
+comment. An unknown ``ERRORTRACK_*`` variable or a value that does not parse stops
+start-up with one line naming it (``SettingsError``), because a typo in a deployment
+should fail loudly rather than silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+PREFIX = "ERRORTRACK_"
+
+# Variables that belong to the project's tools rather than to the server; they are
+# accepted so that a server started from a test or a bootstrap shell does not refuse them.
+TOOL_VARIABLES = frozenset({"ERRORTRACK_TEST_DATABASE_URL"})
+
+
+class SettingsError(Exception):
+    """A setting is unknown or its value is invalid; the message is one line."""
+
+
+def _bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError("expected one of 1/0, true/false, yes/no, on/off")
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value <= 0:
+        raise ValueError("expected a whole number above 0")
+    return value
+
+
+def _non_negative_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError("expected a whole number, 0 or more")
+    return value
+
+
+def _retention_days(raw: str) -> int:
+    value = int(raw)
+    # Rows store it as UInt16; a century is more than anyone keeps.
+    if not 1 <= value <= 36500:
+        raise ValueError("expected a number of days from 1 to 36500")
+    return value
+
+
+def _positive_float(raw: str) -> float:
+    value = float(raw)
+    if value <= 0:
+        raise ValueError("expected a number above 0")
+    return value
+
+
+def _database_url(raw: str) -> str:
+    scheme = urlsplit(raw).scheme
+    if not (scheme.startswith("sqlite") or scheme.startswith("postgresql")):
+        raise ValueError("expected sqlite:///<path> or postgresql+psycopg://user@host/db")
+    return raw
+
+
+def _clickhouse_url(raw: str) -> str:
+    scheme = urlsplit(raw).scheme
+    if scheme not in {"chdb", "http", "https"}:
+        raise ValueError("expected chdb:///<dir> or http(s)://user:pass@host:8123/db")
+    return raw
+
+
+def _url(raw: str) -> str:
+    parts = urlsplit(raw)
+    if parts.scheme not in {"http", "https"} or not parts.netloc:
+        raise ValueError("expected an http(s)://host[:port] URL")
+    return raw.rstrip("/")
+
+
+def _log_level(raw: str) -> str:
+    value = raw.strip().upper()
+    if value not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+        raise ValueError("expected DEBUG, INFO, WARNING or ERROR")
+    return value
+
+
+def _setting(default: Any, parse: Callable[[str], Any], doc: str) -> Any:
+    return dataclasses.field(default=default, metadata={"parse": parse, "doc": doc})
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    # Where the embedded stores (SQLite file, chDB directory) and the ingest spool live.
+    data_dir: Path = _setting(Path("./data"), Path, "Directory for embedded stores and spool")
+    # Empty means: SQLite file <data_dir>/errortrack.sqlite3.
+    database_url: str = _setting(
+        "", _database_url, "Relational store; default SQLite in the data dir"
+    )
+    # Empty means: chDB (in-process ClickHouse) in <data_dir>/clickhouse.
+    clickhouse_url: str = _setting(
+        "", _clickhouse_url, "Analytics store; default chDB in the data dir"
+    )
+    # When set, ClickHouse DDL is rendered ON CLUSTER with Replicated + Distributed engines.
+    clickhouse_cluster: str = _setting("", str, "ClickHouse cluster name (server mode only)")
+    # Base URL that people and SDKs reach; used in DSNs and invite links.
+    public_url: str = _setting("http://127.0.0.1:8000", _url, "Public base URL")
+    # The OpenAPI document and /docs are off unless asked for.
+    openapi: bool = _setting(False, _bool, "Serve /api-docs/openapi.json and /docs")
+    log_level: str = _setting("INFO", _log_level, "Server log level")
+    # Read by `errortrack bootstrap` when no --password-file is given.
+    bootstrap_password: str = _setting("", str, "Password for `errortrack bootstrap`")
+    # Days a log, event or span is kept unless its project overrides it (docs/RETENTION.md):
+    # 90 days covers a quarter of history, Sentry's own default for errors.
+    retention_days: int = _setting(90, _retention_days, "Default retention in days")
+    # How often the serving process runs its retention pass (expired partitions, disk cap).
+    retention_interval_seconds: float = _setting(
+        3600.0, _positive_float, "Seconds between retention passes"
+    )
+    # Instance-wide cap on ClickHouse bytes on disk; over it the oldest days go first. 0 = off.
+    disk_cap_bytes: int = _setting(0, _non_negative_int, "ClickHouse disk cap in bytes (0 = off)")
+    # Ingest: cap on one request body after decompression (Sentry allows 200 MiB per
+    # envelope; 20 MiB keeps N threads x body in memory well under the RSS budget).
+    max_body_bytes: int = _setting(20 * 2**20, _positive_int, "Ingest body cap in bytes (413)")
+    # Ingest spool: above this many bytes of rows not yet in ClickHouse, ingest answers 503.
+    spool_max_bytes: int = _setting(2**30, _positive_int, "Spool size cap in bytes (503)")
+    # The writer inserts a batch at this many rows or at WRITER_MAX_AGE_MS, whichever first;
+    # ClickHouse wants big inserts (about 4-5 ms fixed cost each), bench/RESULTS.md.
+    writer_batch_rows: int = _setting(20_000, _positive_int, "Rows per ClickHouse insert")
+    writer_max_age_ms: int = _setting(1000, _positive_int, "Max age in ms of a spooled batch")
+    # Accepted items per second per project (a log counts once per log line); 0 = no limit.
+    rate_limit_per_second: int = _setting(0, _non_negative_int, "Ingest items/s per project")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        env = os.environ if environ is None else environ
+        known = {f"{PREFIX}{f.name.upper()}": f for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        for name in sorted(env):
+            if not name.startswith(PREFIX) or name in TOOL_VARIABLES:
+                continue
+            field = known.get(name)
+            if field is None:
+                raise SettingsError(f"unknown setting {name}; see the README's settings table")
+            try:
+                values[field.name] = field.metadata["parse"](env[name])
+            except ValueError as exc:
+                raise SettingsError(f"invalid value for {name}: {exc}") from None
+        values.update(overrides)
+        return cls(**values)
+
+    # Derived values: computed, never stored, so they cannot drift from their inputs.
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir.resolve() / 'errortrack.sqlite3'}"
+
+    @property
+    def resolved_clickhouse_url(self) -> str:
+        return self.clickhouse_url or f"chdb://{(self.data_dir / 'clickhouse').resolve()}"
+
+    @property
+    def embedded_clickhouse(self) -> bool:
+        return self.resolved_clickhouse_url.startswith("chdb://")
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.data_dir / "spool"
+
+
+def settings_table() -> list[tuple[str, str, str]]:
+    """(variable, default, description) rows for the README table."""
+    rows = []
+    for f in dataclasses.fields(Settings):
+        default = f.default
+        shown = str(default) if default not in ("", None) else "(empty)"
+        rows.append((f"{PREFIX}{f.name.upper()}", shown, f.metadata["doc"]))
+    return rows

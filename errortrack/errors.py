@@ -1,0 +1,96 @@
+"""Domain errors, mapped to HTTP in one place (``errortrack.api.errors``).
+
+Services raise these; they never see a request or a response. Every error reaches the
+client as the same JSON body::
+
+    {"error": {"code": "not_found", "message": "project not found", "field": null}}
+"""
+
+from __future__ import annotations
+
+
+class ErrortrackError(Exception):
+    status = 500
+    code = "internal_error"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+class BadRequest(ErrortrackError):
+    status = 400
+    code = "bad_request"
+
+
+class ValidationError(BadRequest):
+    """Invalid input; ``field`` names the offending field or query parameter."""
+
+    code = "invalid"
+
+
+class Unauthorized(ErrortrackError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(ErrortrackError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(ErrortrackError):
+    """Also used for things that exist but that the caller may not see."""
+
+    status = 404
+    code = "not_found"
+
+
+class Conflict(ErrortrackError):
+    status = 409
+    code = "conflict"
+
+
+class Gone(ErrortrackError):
+    """Existed once but can no longer be used (an expired, used or revoked invitation)."""
+
+    status = 410
+    code = "gone"
+
+
+class PayloadTooLarge(ErrortrackError):
+    status = 413
+    code = "payload_too_large"
+
+
+class _RetryLater(ErrortrackError):
+    def __init__(self, message: str, *, retry_after: int, **kwargs: str | None) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+class RateLimited(_RetryLater):
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: int, sentry_limits: str = "") -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.sentry_limits = sentry_limits
+
+    def headers(self) -> dict[str, str]:
+        headers = super().headers()
+        if self.sentry_limits:
+            headers["X-Sentry-Rate-Limits"] = self.sentry_limits
+        return headers
+
+
+class Unavailable(_RetryLater):
+    status = 503
+    code = "unavailable"

@@ -1,0 +1,1 @@
+"""SDK ingest: envelope parsing, bounded decompression, auth, rate limits, item rows."""

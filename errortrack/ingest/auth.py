@@ -1,0 +1,109 @@
+"""Who is sending: the project's public key, from any of the places SDKs put it.
+
+Places, in order: ``X-Sentry-Auth: Sentry sentry_key=...``, ``Authorization: Sentry ...``,
+the ``sentry_key`` query parameter, and (only when none of those is there) the envelope
+header's ``dsn``. Keys are cached in memory for a few seconds so that ingest does not
+hit the relational store per request; a disabled key stops working within that expiry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from errortrack.errors import Forbidden, Unauthorized
+from errortrack.models import Project, ProjectKey
+
+KEY_SHAPE = re.compile(r"^[A-Za-z0-9]{1,64}$")
+FORBIDDEN = "this key may not send to this project"
+
+
+def _sentry_pairs(value: str, where: str) -> str:
+    scheme, _, rest = value.strip().partition(" ")
+    if scheme.lower() != "sentry":
+        raise Unauthorized(f"{where} must start with 'Sentry '", field=where)
+    for pair in rest.split(","):
+        name, _, val = pair.strip().partition("=")
+        if name.strip() == "sentry_key":
+            return val.strip()
+    raise Unauthorized(f"{where} has no sentry_key", field=where)
+
+
+def key_from_request(
+    x_sentry_auth: str | None, authorization: str | None, query_key: str | None
+) -> str | None:
+    """The public key from headers or query; None when none of them carries one."""
+    if x_sentry_auth:
+        return _checked(_sentry_pairs(x_sentry_auth, "X-Sentry-Auth"), "X-Sentry-Auth")
+    if authorization and authorization.strip().lower().startswith("sentry "):
+        return _checked(_sentry_pairs(authorization, "Authorization"), "Authorization")
+    if query_key is not None:
+        return _checked(query_key, "sentry_key")
+    return None
+
+
+def key_from_dsn(dsn: object) -> str:
+    if not isinstance(dsn, str) or not dsn:
+        raise Unauthorized("no sentry_key: send X-Sentry-Auth, ?sentry_key= or a dsn")
+    return _checked(urlsplit(dsn).username or "", "dsn")
+
+
+def _checked(key: str, where: str) -> str:
+    if not KEY_SHAPE.match(key):
+        raise Unauthorized(f"malformed sentry_key in {where}", field=where)
+    return key
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyInfo:
+    project_id: int
+    active: bool
+    # The project's own retention, or None for the instance default.
+    retention_days: int | None
+
+
+class KeyCache:
+    """public key -> KeyInfo (or None: unknown), each entry trusted for ``ttl`` seconds."""
+
+    def __init__(self, ttl: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[float, KeyInfo | None]] = {}
+
+    def lookup(self, key: str, load: Callable[[str], KeyInfo | None]) -> KeyInfo | None:
+        now = self.clock()
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        info = load(key)
+        with self._lock:
+            if len(self._entries) > 100_000:
+                self._entries.clear()  # bound memory against random-key floods
+            self._entries[key] = (now + self.ttl, info)
+        return info
+
+
+def load_key(session: Session, key: str) -> KeyInfo | None:
+    row = session.execute(
+        sa.select(ProjectKey.project_id, ProjectKey.is_active, Project.retention_days)
+        .join(Project, Project.id == ProjectKey.project_id)
+        .where(ProjectKey.public_key == key)
+    ).first()
+    return None if row is None else KeyInfo(row[0], bool(row[1]), row[2])
+
+
+def authorize(info: KeyInfo | None, project_id: int) -> KeyInfo:
+    """403 alike for an unknown key, another project's key, an unknown project or a
+    disabled key: the answer must not reveal which projects exist."""
+    if info is None or info.project_id != project_id or not info.active:
+        raise Forbidden(FORBIDDEN)
+    return info

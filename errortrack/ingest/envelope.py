@@ -1,0 +1,85 @@
+"""Sentry envelope parsing (develop.sentry.dev "Envelopes").
+
+An envelope is a JSON header line, then items: an item header line and a payload. With
+``length`` in the item header the payload is exactly that many bytes (it may contain
+newlines) and is followed by a newline or the end of the body; without it, the payload
+runs to the next newline or to the end (Node never sends ``length`` nor a final newline).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import orjson
+
+from errortrack.errors import BadRequest
+
+
+@dataclasses.dataclass
+class Envelope:
+    header: dict[str, Any]
+    # (item header, payload) in order of appearance.
+    items: list[tuple[dict[str, Any], bytes]]
+
+
+def _json_object(raw: bytes, what: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise BadRequest(f"{what} must be a JSON object")
+    return value
+
+
+def _line(body: bytes, start: int) -> tuple[bytes, int]:
+    """The line starting at ``start`` (without its newline) and where the next one starts."""
+    end = body.find(b"\n", start)
+    if end < 0:
+        return body[start:], len(body)
+    return body[start:end], end + 1
+
+
+def parse(body: bytes) -> Envelope:
+    if not body.strip():
+        raise BadRequest("empty envelope: expected a JSON header line")
+    first, pos = _line(body, 0)
+    header = _json_object(first, "envelope header (line 1)")
+    items: list[tuple[dict[str, Any], bytes]] = []
+    size = len(body)
+    while pos < size:
+        raw_header, after = _line(body, pos)
+        if not raw_header.strip():
+            # Blank lines between items (or a trailing one) carry nothing.
+            pos = after
+            continue
+        number = len(items) + 1
+        item_header = _json_object(raw_header, f"item {number} header")
+        payload, pos = _payload(body, after, item_header, number)
+        items.append((item_header, payload))
+    return Envelope(header, items)
+
+
+def _payload(body: bytes, start: int, header: dict[str, Any], number: int) -> tuple[bytes, int]:
+    kind = header.get("type")
+    name = f"item {number} ({kind})" if isinstance(kind, str) else f"item {number}"
+    if not isinstance(kind, str) or not kind:
+        raise BadRequest(f"{name} header has no type")
+    length = header.get("length")
+    if length is None:
+        return _line(body, start)
+    if not isinstance(length, int) or isinstance(length, bool) or length < 0:
+        raise BadRequest(f"{name}: length must be a whole number of bytes, got {length!r}")
+    end = start + length
+    if end > len(body):
+        raise BadRequest(
+            f"{name} is truncated: its header says length {length}, "
+            f"but only {len(body) - start} bytes follow"
+        )
+    if end < len(body) and body[end : end + 1] != b"\n":
+        raise BadRequest(
+            f"{name}: the payload of length {length} is not followed by a newline; "
+            "is the length wrong?"
+        )
+    return body[start:end], end + 1

@@ -1,0 +1,53 @@
+"""Ingest's long-lived parts, built by the composition root: spool, writer, caches."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from errortrack.ingest.auth import KeyCache
+from errortrack.ingest.ratelimit import RateLimiter
+from errortrack.ingest.service import Ingest
+from errortrack.spool.segments import Spool
+from errortrack.spool.writer import Hook, Insert, Writer, clickhouse_insert
+from errortrack.state import AppState
+
+
+@dataclasses.dataclass
+class IngestRuntime:
+    ingest: Ingest
+    writer: Writer
+
+    def start(self) -> None:
+        """Take the spool directory, adopt leftovers and start the writer thread."""
+        self.writer.start()
+
+    def stop(self) -> None:
+        """Insert what is spooled (as far as ClickHouse allows) and stop the thread."""
+        self.writer.stop()
+
+
+def build(
+    state: AppState, *, insert: Insert | None = None, hooks: Mapping[str, Hook] | None = None
+) -> IngestRuntime:
+    settings = state.settings
+    spool = Spool(
+        settings.spool_dir,
+        max_bytes=settings.spool_max_bytes,
+        batch_rows=settings.writer_batch_rows,
+    )
+    ingest = Ingest(
+        spool=spool,
+        keys=KeyCache(),
+        limiter=RateLimiter(settings.rate_limit_per_second),
+        sessions=state.sessions,
+        clock=state.clock,
+        default_retention_days=settings.retention_days,
+    )
+    writer = Writer(
+        spool,
+        insert or clickhouse_insert(state.clickhouse),
+        max_age=settings.writer_max_age_ms / 1000,
+        hooks=hooks,
+    )
+    return IngestRuntime(ingest, writer)

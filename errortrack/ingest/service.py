@@ -1,0 +1,108 @@
+"""Ingest as plain functions: an envelope (or a /store/ body) -> rows in the spool.
+
+Nothing here sees a request: the resource reads the body and the auth places and hands
+over bytes and strings. Order matters for cost: the header auth is checked before the
+body is decompressed, and the whole envelope is parsed and turned into rows before
+anything is spooled, so a malformed item refuses the envelope without a half write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from sqlalchemy.orm import Session
+
+from errortrack.errors import BadRequest
+from errortrack.ingest import auth, envelope, items
+from errortrack.ingest.ratelimit import RateLimiter
+from errortrack.spool.segments import Spool
+
+_NEWLINE = orjson.OPT_APPEND_NEWLINE
+# Items whose envelope header event_id is the id a client expects back.
+EVENT_TYPES = frozenset({"event", "transaction"})
+
+
+@dataclasses.dataclass
+class Ingest:
+    """What ingest needs, built once by the composition root."""
+
+    spool: Spool
+    keys: auth.KeyCache
+    limiter: RateLimiter
+    sessions: Callable[[], Session]
+    clock: Callable[[], dt.datetime]
+    default_retention_days: int
+
+    def authorize(self, project_id: int, key: str) -> auth.KeyInfo:
+        def load(k: str) -> auth.KeyInfo | None:
+            with self.sessions() as session:
+                return auth.load_key(session, k)
+
+        return auth.authorize(self.keys.lookup(key, load), project_id)
+
+    def context(self, info: auth.KeyInfo, header: dict[str, Any]) -> items.ItemContext:
+        retention = info.retention_days or self.default_retention_days
+        return items.ItemContext(info.project_id, self.clock(), retention, header)
+
+
+def ingest_envelope(
+    ingest: Ingest, project_id: int, header_key: str | None, body: Callable[[], bytes]
+) -> dict[str, str]:
+    """Auth, parse, build rows, rate-limit, spool. Returns the response body."""
+    if header_key is not None:
+        info = ingest.authorize(project_id, header_key)
+        parsed = envelope.parse(body())
+    else:
+        parsed = envelope.parse(body())
+        info = ingest.authorize(project_id, auth.key_from_dsn(parsed.header.get("dsn")))
+    ctx = ingest.context(info, parsed.header)
+    return _store(ingest, ctx, [(h.get("type", ""), h, p) for h, p in parsed.items])
+
+
+def ingest_store(ingest: Ingest, project_id: int, key: str | None, body: bytes) -> dict[str, str]:
+    """The legacy ``/store/`` endpoint: the body is one JSON event."""
+    if key is None:
+        raise auth.Unauthorized("no sentry_key: send X-Sentry-Auth or ?sentry_key=")
+    info = ingest.authorize(project_id, key)
+    try:
+        event = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"body is not valid JSON: {exc}") from None
+    if not isinstance(event, dict):
+        raise BadRequest("body must be a JSON object (one event)")
+    header = {"event_id": event["event_id"]} if isinstance(event.get("event_id"), str) else {}
+    ctx = ingest.context(info, {})
+    return _store(ingest, ctx, [("event", {"type": "event"}, body)], header)
+
+
+def _store(
+    ingest: Ingest,
+    ctx: items.ItemContext,
+    parts: list[tuple[str, dict[str, Any], bytes]],
+    header: dict[str, Any] | None = None,
+) -> dict[str, str]:
+    header = ctx.envelope_header if header is None else header
+    tables: dict[str, list[dict[str, Any]]] = {"logs": [], "events": [], "spans": []}
+    event_id: str | None = None
+    accepted = 0
+    for kind, item_header, payload in parts:
+        rows = items.dispatch(kind, payload, item_header, ctx)
+        tables["logs"] += rows.logs
+        tables["events"] += rows.events
+        tables["spans"] += rows.spans
+        accepted += max(1, rows.count())
+        if event_id is None:
+            event_id = rows.event_id or (header.get("event_id") if kind in EVENT_TYPES else None)
+    ingest.limiter.take(ctx.project_id, accepted)
+    count = sum(len(r) for r in tables.values())
+    if count:
+        encoded = {
+            name: b"".join([orjson.dumps(r, option=_NEWLINE) for r in rows])
+            for name, rows in tables.items()
+        }
+        ingest.spool.append(encoded, count)
+    return {"id": event_id} if isinstance(event_id, str) and event_id else {}

@@ -1,0 +1,100 @@
+"""``event`` items (and ``/store/`` bodies) -> rows of the ``events`` table.
+
+The row carries the fingerprint, title and culprit computed here, at ingest, where the
+event is parsed anyway; ``issue_id`` stays 0 until the writer's grouping hook
+(``errortrack.issues.grouping``) resolves the fingerprint to an issue for the whole batch.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from errortrack import timestamps
+from errortrack.errors import BadRequest
+from errortrack.issues import summary
+from errortrack.issues.fingerprint import fingerprint
+
+if TYPE_CHECKING:
+    from errortrack.ingest.items import ItemContext, ItemRows
+
+_EVENT_ID = re.compile(r"^[0-9a-fA-F]{8}-?(?:[0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
+
+
+def handle_event(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> ItemRows:
+    from errortrack.ingest.items import ItemRows
+    from errortrack.traces import transactions
+
+    event = parse(payload)
+    if event.get("type") == "transaction":
+        # Old SDKs (and /store/) send transactions as plain events.
+        return ItemRows(spans=transactions.rows(event, ctx))
+    event_id = event_id_of(event, ctx.envelope_header)
+    row = event_row(event, payload, event_id, ctx)
+    return ItemRows(events=[row], event_id=event_id)
+
+
+def parse(payload: bytes) -> dict[str, Any]:
+    try:
+        event = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"event payload is not valid JSON: {exc}") from None
+    if not isinstance(event, dict):
+        raise BadRequest("event payload must be a JSON object")
+    return event
+
+
+def event_id_of(event: dict[str, Any], envelope_header: dict[str, Any]) -> str:
+    """The SDK's id as 32 hex characters, or a new one when none was sent."""
+    raw = event.get("event_id") or envelope_header.get("event_id")
+    if raw is None:
+        return uuid.uuid4().hex
+    if not isinstance(raw, str) or not _EVENT_ID.match(raw):
+        raise BadRequest("event_id must be 32 hexadecimal characters")
+    return raw.replace("-", "").lower()
+
+
+def _text(event: dict[str, Any], key: str, default: str = "") -> str:
+    value = event.get(key)
+    return value if isinstance(value, str) else default
+
+
+def _trace(event: dict[str, Any]) -> tuple[str, str]:
+    contexts = event.get("contexts")
+    trace = contexts.get("trace") if isinstance(contexts, dict) else None
+    if not isinstance(trace, dict):
+        return "", ""
+    trace_id, span_id = trace.get("trace_id"), trace.get("span_id")
+    return (
+        trace_id if isinstance(trace_id, str) else "",
+        span_id if isinstance(span_id, str) else "",
+    )
+
+
+def event_row(
+    event: dict[str, Any], payload: bytes, event_id: str, ctx: ItemContext
+) -> dict[str, Any]:
+    received = ctx.received_at.timestamp()
+    trace_id, span_id = _trace(event)
+    return {
+        "project_id": ctx.project_id,
+        "issue_id": 0,
+        "timestamp": timestamps.clamped(event.get("timestamp"), received),
+        "event_id": str(uuid.UUID(event_id)),
+        "received_at": received,
+        "level": summary.level(event),
+        "platform": _text(event, "platform", "other"),
+        "release": _text(event, "release"),
+        "environment": _text(event, "environment"),
+        "title": summary.title(event),
+        "culprit": summary.culprit(event),
+        "fingerprint": fingerprint(event),
+        "trace_id": trace_id,
+        "span_id": span_id,
+        # The bytes as sent: exact for the detail view and no cost to re-serialise.
+        "payload": payload.decode(),
+        "retention_days": ctx.retention_days,
+    }

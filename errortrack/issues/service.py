@@ -1,0 +1,86 @@
+"""Issue status changes and deletion: plain functions over a session (and ClickHouse).
+
+Permission checks belong to the caller (the HTTP resource, MCP tool or dashboard), which
+also owns the transaction; these functions only flush.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from errortrack.analytics import ClickHouse
+from errortrack.errors import NotFound, ValidationError
+from errortrack.models import ISSUE_STATUSES, Issue
+
+
+def as_dict(issue: Issue) -> dict[str, Any]:
+    return {
+        "id": issue.id,
+        "project_id": issue.project_id,
+        "fingerprint": issue.fingerprint,
+        "title": issue.title,
+        "culprit": issue.culprit,
+        "level": issue.level,
+        "status": issue.status,
+        "first_seen": issue.first_seen,
+        "last_seen": issue.last_seen,
+        "event_count": issue.event_count,
+    }
+
+
+def get_issue(session: Session, *, project_id: int, issue_id: int) -> Issue:
+    issue = session.scalar(
+        sa.select(Issue).where(Issue.id == issue_id, Issue.project_id == project_id)
+    )
+    if issue is None:
+        raise NotFound("issue not found")
+    return issue
+
+
+def set_status(session: Session, *, project_id: int, issue_id: int, status: str) -> dict[str, Any]:
+    """``resolved``: a new event reopens it (a regression); ``muted``: new events are
+    counted but it stays muted; ``unresolved``: back in the open list."""
+    if status not in ISSUE_STATUSES:
+        raise ValidationError(f"status must be one of {', '.join(ISSUE_STATUSES)}", field="status")
+    issue = get_issue(session, project_id=project_id, issue_id=issue_id)
+    issue.status = status
+    session.flush()
+    return as_dict(issue)
+
+
+def resolve(session: Session, *, project_id: int, issue_id: int) -> dict[str, Any]:
+    return set_status(session, project_id=project_id, issue_id=issue_id, status="resolved")
+
+
+def mute(session: Session, *, project_id: int, issue_id: int) -> dict[str, Any]:
+    return set_status(session, project_id=project_id, issue_id=issue_id, status="muted")
+
+
+def unresolve(session: Session, *, project_id: int, issue_id: int) -> dict[str, Any]:
+    return set_status(session, project_id=project_id, issue_id=issue_id, status="unresolved")
+
+
+def delete(session: Session, clickhouse: ClickHouse, *, project_id: int, issue_id: int) -> None:
+    """Delete the issue and its events.
+
+    The relational delete is flushed first and committed by the caller after the
+    ClickHouse delete succeeded, so a failing ClickHouse leaves the issue in place
+    (rolled back) rather than events without an issue. Events of this fingerprint still
+    in the spool will open a new issue, as they would for a new error.
+    """
+    issue = get_issue(session, project_id=project_id, issue_id=issue_id)
+    session.delete(issue)
+    session.flush()
+    delete_events(clickhouse, project_id=project_id, issue_id=issue_id)
+
+
+def delete_events(clickhouse: ClickHouse, *, project_id: int, issue_id: int) -> None:
+    # A lightweight DELETE hides the rows at once and lets merges drop them later; on a
+    # cluster it must reach the local (Replicated) tables, not the Distributed one.
+    table = f"events_local ON CLUSTER '{clickhouse.cluster}'" if clickhouse.cluster else "events"
+    clickhouse.command(
+        f"DELETE FROM {table} WHERE project_id = {int(project_id)} AND issue_id = {int(issue_id)}"
+    )

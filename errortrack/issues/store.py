@@ -1,0 +1,158 @@
+"""The grouping hook's SQL: claim a batch token, find or create issues, bump counts.
+
+Written for both SQLite and Postgres, and for several writers at once (one per server
+process): issues are created with ``INSERT ... ON CONFLICT DO NOTHING`` and read back,
+counts are added in SQL (``event_count + n``), and rows are always touched in the same
+(sorted) order so that two writers cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable
+from typing import cast
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from errortrack.db import UTCDateTime
+from errortrack.models import GroupedBatch, Issue, Project
+
+Key = tuple[int, str]  # (project_id, fingerprint)
+ISSUES = cast(sa.Table, Issue.__table__)
+BATCHES = cast(sa.Table, GroupedBatch.__table__)
+
+
+@dataclasses.dataclass
+class Group:
+    """The events of one batch that share a project and a fingerprint."""
+
+    count: int
+    first_seen: dt.datetime
+    last_seen: dt.datetime
+    title: str
+    culprit: str
+    level: str
+
+
+def _insert(session: Session, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
+    dialect = session.get_bind().dialect.name
+    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
+
+
+def claim_batch(session: Session, token: str, now: dt.datetime) -> bool:
+    """Record the token; False when it was recorded before (the batch is a replay)."""
+    stmt = (
+        _insert(session, BATCHES)
+        .values(token=token, processed_at=now)
+        .on_conflict_do_nothing(index_elements=["token"])
+        # RETURNING yields nothing on conflict; rowcount is not reliable on every driver.
+        .returning(BATCHES.c.token)
+    )
+    return session.execute(stmt).first() is not None
+
+
+def forget_batches_before(session: Session, cutoff: dt.datetime) -> None:
+    session.execute(sa.delete(GroupedBatch).where(GroupedBatch.processed_at < cutoff))
+
+
+def find_issues(session: Session, keys: Iterable[Key]) -> dict[Key, int]:
+    by_project: dict[int, list[str]] = {}
+    for project_id, fp in keys:
+        by_project.setdefault(project_id, []).append(fp)
+    found: dict[Key, int] = {}
+    for project_id, fps in by_project.items():
+        rows = session.execute(
+            sa.select(Issue.id, Issue.fingerprint).where(
+                Issue.project_id == project_id, Issue.fingerprint.in_(fps)
+            )
+        )
+        found.update({(project_id, fp): issue_id for issue_id, fp in rows})
+    return found
+
+
+def existing_projects(session: Session, project_ids: Iterable[int]) -> set[int]:
+    ids = sorted(set(project_ids))
+    if not ids:
+        return set()
+    return set(session.scalars(sa.select(Project.id).where(Project.id.in_(ids))))
+
+
+def create_issues(session: Session, groups: dict[Key, Group]) -> None:
+    """Insert the issues that do not exist yet, with a zero count (``add_counts`` counts)."""
+    values = [
+        {
+            "project_id": project_id,
+            "fingerprint": fp,
+            "title": g.title,
+            "culprit": g.culprit,
+            "level": g.level,
+            "status": "unresolved",
+            "first_seen": g.first_seen,
+            "last_seen": g.last_seen,
+            "event_count": 0,
+        }
+        for (project_id, fp), g in sorted(groups.items())
+    ]
+    if values:
+        stmt = _insert(session, ISSUES).on_conflict_do_nothing(
+            index_elements=["project_id", "fingerprint"]
+        )
+        session.execute(stmt, values)
+
+
+_ADD_COUNTS = (
+    sa.update(ISSUES)
+    # The fingerprint too: SQLite reuses the id of a deleted last row, so a cached id may
+    # now name another issue; then no row matches and the caller resolves again.
+    .where(
+        ISSUES.c.id == sa.bindparam("issue_id"),
+        ISSUES.c.fingerprint == sa.bindparam("fp"),
+    )
+    .values(
+        event_count=ISSUES.c.event_count + sa.bindparam("n"),
+        first_seen=sa.case(
+            (
+                ISSUES.c.first_seen > sa.bindparam("first", type_=UTCDateTime()),
+                sa.bindparam("first", type_=UTCDateTime()),
+            ),
+            else_=ISSUES.c.first_seen,
+        ),
+        last_seen=sa.case(
+            (
+                ISSUES.c.last_seen < sa.bindparam("last", type_=UTCDateTime()),
+                sa.bindparam("last", type_=UTCDateTime()),
+            ),
+            else_=ISSUES.c.last_seen,
+        ),
+        # A new event on a resolved issue is a regression: reopen it. Muted stays muted.
+        status=sa.case(
+            (ISSUES.c.status == "resolved", sa.literal("unresolved")),
+            else_=ISSUES.c.status,
+        ),
+    )
+)
+
+
+def add_counts(session: Session, counts: dict[Key, tuple[int, Group]]) -> set[Key]:
+    """One statement run for many issues (executemany) in issue-id order; returns the keys
+    whose issue no longer exists (deleted since its id was cached)."""
+    params = [
+        {"issue_id": i, "fp": fp, "n": g.count, "first": g.first_seen, "last": g.last_seen}
+        for (_, fp), (i, g) in sorted(counts.items(), key=lambda kv: kv[1][0])
+    ]
+    if not params:
+        return set()
+    result = session.connection().execute(_ADD_COUNTS, params)
+    if result.rowcount == len(params):
+        return set()
+    present = set(
+        session.execute(
+            sa.select(Issue.project_id, Issue.fingerprint, Issue.id).where(
+                Issue.id.in_([i for i, _ in counts.values()])
+            )
+        )
+    )
+    return {k for k, (i, _) in counts.items() if (k[0], k[1], i) not in present}

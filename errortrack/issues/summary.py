@@ -1,0 +1,66 @@
+"""What an issue list shows for an event: its title, its culprit and its level."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from errortrack.issues.fingerprint import exceptions, frames_of, message_text
+
+TITLE_MAX = 200
+CULPRIT_MAX = 200
+# Spellings some SDKs use for the same levels.
+_LEVEL_ALIASES = {"warn": "warning", "critical": "fatal", "log": "info"}
+UNLABELED = "<unlabeled event>"
+
+
+def _clip(text: str, limit: int) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "\u2026"
+
+
+def _formatted_message(event: dict[str, Any]) -> str:
+    # The title shows the message as people read it (formatted), not its template.
+    for key in ("logentry", "message"):
+        value = event.get(key)
+        if isinstance(value, dict):
+            value = value.get("formatted") or value.get("message")
+        if isinstance(value, str) and value.strip():
+            return value
+    return message_text(event)
+
+
+def title(event: dict[str, Any]) -> str:
+    """``Type: value`` of the raised exception, else the message."""
+    chain = exceptions(event)
+    raised = chain[-1] if chain else None
+    if raised is not None and isinstance(raised.get("type"), str) and raised["type"]:
+        value = raised.get("value")
+        if isinstance(value, str) and value.strip():
+            return _clip(f"{raised['type']}: {value}", TITLE_MAX)
+        return _clip(raised["type"], TITLE_MAX)
+    message = _formatted_message(event)
+    return _clip(message, TITLE_MAX) if message else UNLABELED
+
+
+def culprit(event: dict[str, Any]) -> str:
+    """The crashing frame, ``module in function``: the innermost in-app frame of the raised
+    exception (frames are oldest first), else its innermost frame, else the transaction."""
+    chain = exceptions(event)
+    frames = frames_of(chain[-1]) if chain else []
+    in_app = [f for f in frames if f.get("in_app") is True]
+    if in_app or frames:
+        frame = (in_app or frames)[-1]
+        where = frame.get("module") or frame.get("filename") or frame.get("abs_path") or "?"
+        return _clip(f"{where} in {frame.get('function') or '?'}", CULPRIT_MAX)
+    transaction = event.get("transaction") or event.get("culprit")
+    return _clip(transaction, CULPRIT_MAX) if isinstance(transaction, str) else ""
+
+
+def level(event: dict[str, Any]) -> str:
+    raw = event.get("level")
+    if not isinstance(raw, str) or not raw.strip():
+        return "error"
+    value = raw.strip().lower()
+    value = _LEVEL_ALIASES.get(value, value)
+    # Unknown levels are kept (clipped to the column) rather than guessed at.
+    return value[:16]

@@ -1,0 +1,1 @@
+"""Logs: read-only queries over the ClickHouse ``logs`` table (ingest writes it)."""

@@ -1,0 +1,158 @@
+"""What a logs query may ask for, parsed from text and checked once for every front door.
+
+The HTTP resource (through its marshmallow schema) and the MCP tools both turn their
+strings into a :class:`LogFilter` with these functions, so the same mistake gives the
+same 400 naming the same parameter everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+import re
+from collections.abc import Iterable
+
+from errortrack.errors import ValidationError
+from errortrack.ingest.logs import SEVERITY
+
+# The six levels SDKs send; ingest derives severity_number from them (ARCHITECTURE.md
+# "Logs") and filtering and sorting use that number, never the text.
+LEVELS = tuple(SEVERITY)
+# Sentry's event levels say "warning"; people type it for logs too.
+_LEVEL_ALIASES = {"warning": "warn"}
+SORTS = ("-timestamp", "timestamp", "-severity", "severity")
+
+MAX_TEXT = 500
+MAX_ATTR_NAME = 200
+MAX_ATTR_VALUE = 1000
+MAX_ATTR_FILTERS = 20
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+_ATTR_KEY = re.compile(r"^attr\[(?P<name>[^\[\]]*)\]$")
+_INT = re.compile(r"^[+-]?\d{1,19}$")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class AttrFilter:
+    """``attr[name]=value``: the attribute equals one of ``values`` in its own type."""
+
+    name: str
+    values: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class LogFilter:
+    levels: tuple[str, ...] = ()
+    trace_id: str | None = None
+    text: str | None = None
+    start: dt.datetime | None = None
+    end: dt.datetime | None = None
+    attributes: tuple[AttrFilter, ...] = ()
+    sort: str = "-timestamp"
+
+    def __post_init__(self) -> None:
+        if self.start and self.end and self.start >= self.end:
+            raise ValidationError("end must be later than start", field="end")
+        if self.sort not in SORTS:
+            raise ValidationError(f"sort must be one of {', '.join(SORTS)}", field="sort")
+
+    @property
+    def severity_numbers(self) -> list[int]:
+        return sorted({SEVERITY[level] for level in self.levels})
+
+
+def parse_levels(raw: Iterable[str]) -> tuple[str, ...]:
+    """``level=error&level=fatal`` and ``level=error,fatal`` alike; order kept, no repeats."""
+    levels: list[str] = []
+    for chunk in raw:
+        for part in chunk.split(","):
+            name = part.strip().lower()
+            name = _LEVEL_ALIASES.get(name, name)
+            if name not in SEVERITY:
+                raise ValidationError(
+                    f"level must be one of {', '.join(LEVELS)}, not {part.strip()!r}",
+                    field="level",
+                )
+            if name not in levels:
+                levels.append(name)
+    return tuple(levels)
+
+
+def parse_trace_id(raw: str) -> str:
+    value = raw.strip().lower().replace("-", "")
+    if not _HEX32.match(value):
+        raise ValidationError("trace_id must be 32 hexadecimal characters", field="trace_id")
+    return value
+
+
+def parse_text(raw: str) -> str | None:
+    value = raw.strip()
+    if len(value) > MAX_TEXT:
+        raise ValidationError(f"q must be at most {MAX_TEXT} characters", field="q")
+    return value or None
+
+
+def parse_time(raw: str, field: str) -> dt.datetime:
+    """ISO 8601; a time without an offset is taken as UTC (the server runs in UTC)."""
+    try:
+        value = dt.datetime.fromisoformat(raw.strip())
+    except ValueError:
+        raise ValidationError(
+            f"{field} must be an ISO 8601 time such as 2026-11-01T12:00:00Z", field=field
+        ) from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC)
+
+
+def attr_filter_name(param: str) -> str | None:
+    """The attribute name of an ``attr[<name>]`` query parameter, None for other params."""
+    if not param.startswith("attr[") and param != "attr":
+        return None
+    match = _ATTR_KEY.match(param)
+    name = match["name"] if match else ""
+    if not name or len(name) > MAX_ATTR_NAME:
+        raise ValidationError(
+            f"attribute filters look like attr[<name>]=<value> with a name of 1 to "
+            f"{MAX_ATTR_NAME} characters; got {param!r}",
+            field=param,
+        )
+    return name
+
+
+def parse_attr_filters(params: Iterable[tuple[str, list[str]]]) -> tuple[AttrFilter, ...]:
+    """Collect every ``attr[name]`` parameter; repeating one name means "any of"."""
+    found: dict[str, list[str]] = {}
+    for param, values in params:
+        name = attr_filter_name(param)
+        if name is None:
+            continue
+        for value in values:
+            if len(value) > MAX_ATTR_VALUE:
+                raise ValidationError(
+                    f"attribute values are at most {MAX_ATTR_VALUE} characters", field=param
+                )
+            found.setdefault(name, []).append(value)
+    if len(found) > MAX_ATTR_FILTERS:
+        raise ValidationError(f"at most {MAX_ATTR_FILTERS} attribute filters", field="attr")
+    return tuple(AttrFilter(name, tuple(dict.fromkeys(vals))) for name, vals in found.items())
+
+
+def as_int(value: str) -> int | None:
+    if not _INT.match(value):
+        return None
+    number = int(value)
+    return number if INT64_MIN <= number <= INT64_MAX else None
+
+
+def as_float(value: str) -> float | None:
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def as_bool(value: str) -> bool | None:
+    return {"true": True, "false": False}.get(value.strip().lower())

@@ -1,0 +1,54 @@
+"""Page-number pagination shared by every list endpoint (logs, issues, events).
+
+Every list answers ``{items, total_count, page, per_page, total_pages}``; a page past the
+end is an empty page, not an error, so that a client paging while rows expire or get
+deleted never sees a 404 in the middle of a walk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from errortrack.errors import ValidationError
+
+DEFAULT_PER_PAGE = 50
+MAX_PER_PAGE = 1000
+# Far beyond any real walk, small enough that page * per_page stays a 64-bit offset.
+MAX_PAGE = 1_000_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class PageRequest:
+    page: int = 1
+    per_page: int = DEFAULT_PER_PAGE
+
+    def __post_init__(self) -> None:
+        # Checked here too (not only in the HTTP schema) so that MCP and other callers of
+        # the services get the same 400 for the same mistake.
+        if not 1 <= self.page <= MAX_PAGE:
+            raise ValidationError(f"page must be between 1 and {MAX_PAGE}", field="page")
+        if not 1 <= self.per_page <= MAX_PER_PAGE:
+            raise ValidationError(
+                f"per_page must be between 1 and {MAX_PER_PAGE}", field="per_page"
+            )
+
+    @property
+    def offset(self) -> int:
+        return (self.page - 1) * self.per_page
+
+    def past_end(self, total: int) -> bool:
+        """True when this page starts after the last row: no need to ask the store."""
+        return self.offset >= total
+
+
+def page_body(items: Sequence[Any], total: int, request: PageRequest) -> dict[str, Any]:
+    return {
+        "items": list(items),
+        "total_count": total,
+        "page": request.page,
+        "per_page": request.per_page,
+        "total_pages": math.ceil(total / request.per_page),
+    }

@@ -1,0 +1,1 @@
+"""Projects, their public ingest keys and their DSNs."""

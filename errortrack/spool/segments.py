@@ -1,0 +1,220 @@
+"""The spool: append-only segment files that hold accepted rows until ClickHouse has them.
+
+- ``append`` returns only once the record is on disk (fdatasync). Concurrent requests
+  share fsyncs: the first waiter becomes the leader and syncs everything written so far,
+  the others wait for it (group commit), so N requests cost one fsync, not N.
+- A segment is sealed (handed to the writer) when it holds ``batch_rows`` rows or when
+  the writer finds it older than its age limit. One sealed segment = one insert batch,
+  and its file name makes the insert deduplication token, so a replay is applied once.
+- Each process owns one subdirectory ``<root>/w-<pid>-<random>/`` guarded by a ``flock``
+  on its ``lock`` file. At start a process adopts the segments of subdirectories whose
+  lock is free (their process died or stopped), so gunicorn workers can share a data dir.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import fcntl
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from errortrack.errors import Unavailable
+from errortrack.spool import records
+
+log = logging.getLogger(__name__)
+SUFFIX = ".seg"
+
+
+class _Segment:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.rows = 0
+        self.size = 0
+        self.created = time.monotonic()
+
+
+class Spool:
+    def __init__(self, root: Path, *, max_bytes: int, batch_rows: int, retry_after: int = 5):
+        self.root = root
+        self.max_bytes = max_bytes
+        self.batch_rows = batch_rows
+        self.retry_after = retry_after
+        self.dir: Path | None = None
+        self._lock_file: int | None = None
+        self._cond = threading.Condition()
+        self._current: _Segment | None = None
+        self._sealed: collections.deque[Path] = collections.deque()
+        self._bytes = 0
+        self._written = 0  # records written
+        self._synced = 0  # records known durable
+        self._syncing = False
+
+    # -- ownership ---------------------------------------------------------------------
+    def open(self) -> None:
+        """Take a subdirectory, then adopt orphans' and our own leftover segments."""
+        with self._cond:
+            if self.dir is not None:
+                return
+            self.root.mkdir(parents=True, exist_ok=True)
+            self.dir = self.root / f"w-{os.getpid()}-{secrets.token_hex(4)}"
+            self.dir.mkdir()
+            self._lock_file = _lock(self.dir)
+            assert self._lock_file is not None
+            self._adopt_orphans()
+
+    def close(self) -> None:
+        """Seal what is written and release the directory (its segments stay for replay)."""
+        with self._cond:
+            self._seal_locked()
+            if self._lock_file is not None:
+                os.close(self._lock_file)
+                self._lock_file = None
+
+    def _adopt_orphans(self) -> None:
+        assert self.dir is not None
+        for other in sorted(self.root.glob("w-*")):
+            if other == self.dir or not other.is_dir():
+                continue
+            fd = _lock(other)
+            if fd is None:
+                continue  # a live process owns it
+            try:
+                for seg in other.glob(f"*{SUFFIX}"):
+                    # Same name, same dedup token: a replay stays idempotent.
+                    seg.rename(self.dir / seg.name)
+                with contextlib.suppress(FileNotFoundError):
+                    (other / "lock").unlink()
+                other.rmdir()
+            except OSError as exc:
+                log.warning("could not adopt spool directory %s: %s", other, exc)
+            finally:
+                os.close(fd)
+        found = sorted(self.dir.glob(f"*{SUFFIX}"))
+        for seg in found:
+            self._sealed.append(seg)
+            self._bytes += seg.stat().st_size
+        if found:
+            log.info("spool: replaying %d leftover segment(s)", len(found))
+
+    # -- appending ---------------------------------------------------------------------
+    def append(self, tables: Mapping[str, bytes], rows: int) -> None:
+        """Durably store one request's rows; raises Unavailable when over the size cap."""
+        record = records.encode(tables)
+        with self._cond:
+            if self._bytes >= self.max_bytes:
+                raise Unavailable(
+                    "the ingest spool is full (ClickHouse is behind); retry later",
+                    retry_after=self.retry_after,
+                )
+            if self.dir is None:
+                self.open()  # tests that never start the writer still spool durably
+            seg = self._write_locked(record, rows)
+            mine = self._written
+            self._wait_durable_locked(mine)
+            if self._current is seg and seg.rows >= self.batch_rows:
+                self._seal_locked()
+
+    def _write_locked(self, record: bytes, rows: int) -> _Segment:
+        if self._current is None:
+            assert self.dir is not None
+            name = f"{time.time_ns():020d}-{secrets.token_hex(4)}{SUFFIX}"
+            self._current = _Segment(self.dir / name)
+        seg = self._current
+        try:
+            written = os.write(seg.fd, record)
+            if written != len(record):
+                raise OSError(f"short write ({written} of {len(record)} bytes)")
+        except OSError as exc:
+            # Cut the partial record off so that later records stay readable.
+            os.ftruncate(seg.fd, seg.size)
+            raise Unavailable(
+                f"the ingest spool cannot write: {exc}", retry_after=self.retry_after
+            ) from None
+        seg.size += len(record)
+        seg.rows += rows
+        self._bytes += len(record)
+        self._written += 1
+        return seg
+
+    def _wait_durable_locked(self, mine: int) -> None:
+        while self._synced < mine:
+            if self._syncing:
+                self._cond.wait()
+                continue
+            # Leader: sync everything written so far with one fdatasync. Sealing never
+            # closes a segment while a sync runs (it waits for _syncing to clear).
+            seg, target = self._current, self._written
+            self._syncing = True
+            self._cond.release()
+            try:
+                if seg is not None:
+                    os.fdatasync(seg.fd)
+            finally:
+                self._cond.acquire()
+                self._syncing = False
+                self._cond.notify_all()
+            self._synced = max(self._synced, target)
+
+    # -- sealing and handing over ------------------------------------------------------
+    def _seal_locked(self) -> None:
+        while self._syncing:
+            self._cond.wait()
+        seg, self._current = self._current, None
+        if seg is None:
+            return
+        os.fdatasync(seg.fd)
+        os.close(seg.fd)
+        self._synced = self._written
+        self._sealed.append(seg.path)
+        self._cond.notify_all()
+
+    def seal_due(self, max_age: float) -> None:
+        with self._cond:
+            seg = self._current
+            if seg is not None and time.monotonic() - seg.created >= max_age:
+                self._seal_locked()
+
+    def seal(self) -> None:
+        with self._cond:
+            self._seal_locked()
+
+    def next_sealed(self, timeout: float) -> Path | None:
+        """The oldest sealed segment (left in place until ``done``), waiting up to timeout."""
+        with self._cond:
+            if not self._sealed:
+                self._cond.wait(timeout)
+            return self._sealed[0] if self._sealed else None
+
+    def done(self, path: Path) -> None:
+        """The segment's rows are in ClickHouse: delete it."""
+        with self._cond:
+            size = path.stat().st_size
+            path.unlink()
+            self._sealed.remove(path)
+            self._bytes -= size
+
+    def pending(self) -> int:
+        """Sealed segments not yet inserted plus the open one (0 when drained)."""
+        with self._cond:
+            return len(self._sealed) + (1 if self._current is not None else 0)
+
+    @property
+    def size(self) -> int:
+        return self._bytes
+
+
+def _lock(directory: Path) -> int | None:
+    fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd

@@ -1,0 +1,89 @@
+"""What the composition root builds: settings, stores and the clock, shared by all fronts."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from errortrack import db
+from errortrack.analytics import ClickHouse
+from errortrack.config import Settings
+
+if TYPE_CHECKING:
+    from errortrack.ingest.runtime import IngestRuntime
+
+Clock = Callable[[], dt.datetime]
+
+
+class Background(Protocol):
+    """Work beside requests (the ingest writer, ...): started after fork, stopped on exit."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclasses.dataclass
+class AppState:
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    clickhouse: ClickHouse
+    clock: Clock = utc_now
+    # Spool, writer, key cache and rate limiter; built by create_app unless a test
+    # passes its own (e.g. with a failing insert) before calling create_app.
+    ingest: IngestRuntime | None = None
+    # Started by the gunicorn worker after fork (cli.py hooks) or by tests, never at import.
+    background: list[Background] = dataclasses.field(default_factory=list)
+
+    def start_background(self) -> None:
+        for task in self.background:
+            task.start()
+
+    def stop_background(self) -> None:
+        for task in reversed(self.background):
+            task.stop()
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        *,
+        engine: Engine | None = None,
+        clickhouse: ClickHouse | None = None,
+        clock: Clock = utc_now,
+    ) -> AppState:
+        if not settings.database_url or not settings.clickhouse_url:
+            # The embedded defaults live in the data dir; create it on first start.
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+        engine = engine or db.make_engine(settings.resolved_database_url)
+        clickhouse = clickhouse or ClickHouse(
+            settings.resolved_clickhouse_url, cluster=settings.clickhouse_cluster
+        )
+        return cls(settings, engine, db.make_sessionmaker(engine), clickhouse, clock)
+
+    def check_stores(self, *, skip_clickhouse: bool = False) -> dict[str, str]:
+        """Store name -> why it does not answer; empty when both answer."""
+        failures: dict[str, str] = {}
+        probes = [("relational", lambda: db.ping(self.engine))]
+        if not skip_clickhouse:
+            probes.append(("clickhouse", self.clickhouse.ping))
+        for name, ping in probes:
+            try:
+                ping()
+            except Exception as exc:  # any failure to answer means "not ready"
+                failures[name] = _one_line(exc)
+        return failures
+
+
+def _one_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:200]

@@ -1,0 +1,137 @@
+"""Deleting data older than N days from logs, events and spans, together.
+
+Without a project: every partition whose whole day is older than the cutoff is dropped
+(``ALTER TABLE ... DROP PARTITION``: a file operation, milliseconds whatever its size),
+then the rows left older than the cutoff -- only in the partitions of the cutoff's own
+day -- go with a lightweight ``DELETE``. With a project: partitions hold every project's
+rows, so only a lightweight ``DELETE ... WHERE project_id = ...`` is possible.
+A dry run counts the same rows and touches nothing. Issues whose events are all gone
+afterwards are removed (see ``errortrack.storage.issues``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from errortrack.analytics import ClickHouse
+from errortrack.errors import ValidationError
+from errortrack.storage import issues, tables
+
+log = logging.getLogger(__name__)
+
+MAX_DAYS = 36500
+
+
+@dataclasses.dataclass
+class CleanupResult:
+    cutoff: dt.datetime
+    project_id: int | None
+    dry_run: bool
+    removed: dict[str, int]
+    # Root spans among the removed spans: transactions live in the spans table.
+    transactions: int
+    partitions_dropped: dict[str, int]
+    issues_removed: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def cleanup(
+    session: Session,
+    store: ClickHouse,
+    *,
+    older_than_days: int,
+    now: dt.datetime,
+    project_id: int | None = None,
+    dry_run: bool = False,
+) -> CleanupResult:
+    if isinstance(older_than_days, bool) or not 1 <= older_than_days <= MAX_DAYS:
+        raise ValidationError(f"must be 1 to {MAX_DAYS}", field="older_than_days")
+    if project_id is not None and project_id < 1:
+        raise ValidationError("must be a positive project id", field="project_id")
+    cutoff = now - dt.timedelta(days=older_than_days)
+    removed, transactions = count_older(store, cutoff, project_id)
+    orphans = issues.orphaned(
+        session, store, last_seen_before=cutoff, project_id=project_id, events_since=cutoff
+    )
+    dropped = dict.fromkeys(tables.TABLES, 0)
+    if not dry_run:
+        dropped = delete_older(store, cutoff, project_id)
+        issues.remove(session, orphans)
+        log.info(
+            "cleanup before %s (project %s): removed %s, %d partitions dropped, %d issues",
+            cutoff.isoformat(), project_id or "all", removed, sum(dropped.values()), len(orphans),
+        )  # fmt: skip
+    else:
+        dropped = {t: len(ps) for t, ps in _droppable(store, cutoff, project_id).items()}
+    return CleanupResult(cutoff, project_id, dry_run, removed, transactions, dropped, len(orphans))
+
+
+def _where(table: str, project_id: int | None) -> str:
+    where = f"{tables.TIME_COLUMNS[table]} < {{cutoff:DateTime64(6, 'UTC')}}"
+    return where + (" AND project_id = {project:UInt64}" if project_id is not None else "")
+
+
+def count_older(
+    store: ClickHouse, cutoff: dt.datetime, project_id: int | None
+) -> tuple[dict[str, int], int]:
+    params = {"cutoff": cutoff, "project": project_id or 0}
+    counts: dict[str, int] = {}
+    transactions = 0
+    for table in tables.TABLES:
+        extra = ", countIf(is_segment)" if table == "spans" else ""
+        row = store.query_rows(
+            f"SELECT count(){extra} FROM {table} WHERE {_where(table, project_id)}", params
+        )[0]
+        counts[table] = int(row[0])
+        if table == "spans":
+            transactions = int(row[1])
+    return counts, transactions
+
+
+def _droppable(
+    store: ClickHouse, cutoff: dt.datetime, project_id: int | None
+) -> dict[str, list[tables.Partition]]:
+    found: dict[str, list[tables.Partition]] = {t: [] for t in tables.TABLES}
+    if project_id is not None:
+        return found  # partitions mix projects: never drop one for a single project
+    for partition in tables.partitions(store):
+        if partition.end <= cutoff:
+            found[partition.table].append(partition)
+    return found
+
+
+def delete_older(store: ClickHouse, cutoff: dt.datetime, project_id: int | None) -> dict[str, int]:
+    """Drop what can be dropped, lightweight-delete the rest; partitions dropped per table."""
+    droppable = _droppable(store, cutoff, project_id)
+    for partition in (p for ps in droppable.values() for p in ps):
+        tables.drop_partition(store, partition)
+    params: dict[str, Any] = {"cutoff": cutoff, "project": project_id or 0}
+    for table in tables.TABLES:
+        if project_id is not None:
+            _lightweight_delete(store, table, _where(table, project_id), params)
+            continue
+        # Only the cutoff day's partitions (one per retention) can still hold older rows;
+        # naming them spares every other part the mutation (1.3 s instead of 2.1 s on a
+        # 1 M-row day in bench/retention.py).
+        for partition in tables.partitions(store, (table,)):
+            if partition.day == cutoff.date() and partition.end > cutoff:
+                scoped = {**params, "pid": partition.partition_id}
+                _lightweight_delete(store, table, _where(table, None), scoped)
+    return {t: len(ps) for t, ps in droppable.items()}
+
+
+def _lightweight_delete(store: ClickHouse, table: str, where: str, params: dict[str, Any]) -> None:
+    scoped = "pid" in params
+    count_where = where + (" AND _partition_id = {pid:String}" if scoped else "")
+    if store.query_rows(f"SELECT count() FROM {table} WHERE {count_where}", params)[0][0] == 0:
+        return  # a DELETE that matches nothing still costs a mutation over every part
+    scope = " IN PARTITION ID {pid:String}" if scoped else ""
+    local = tables.local_name(store, table)
+    store.command(f"DELETE FROM {local}{tables.on_cluster(store)}{scope} WHERE {where}", params)

@@ -1,0 +1,71 @@
+"""Issues whose events are all gone are removed, not marked.
+
+An issue is a summary of its events; once retention, a cleanup or the disk cap has
+removed every one of them, there is nothing left to open and keeping the row would show
+issues that lead nowhere. Removing it also means a later event with the same
+fingerprint starts a fresh issue (status ``unresolved``), which is what Sentry does
+after its retention too. The check asks ClickHouse which candidate issue ids still have
+events, in chunks so that a large instance never builds one giant ``IN`` list.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from errortrack.analytics import ClickHouse
+from errortrack.models import Issue
+
+CHUNK = 5000
+
+
+def orphaned(
+    session: Session,
+    store: ClickHouse,
+    *,
+    last_seen_before: dt.datetime,
+    project_id: int | None = None,
+    events_since: dt.datetime | None = None,
+) -> list[int]:
+    """Ids of issues last seen before ``last_seen_before`` that have no events left
+    (with ``events_since``: none at or after that instant, i.e. none a cleanup with that
+    cutoff would keep).
+
+    The ``last_seen`` guard keeps issues the ingest writer has just created, whose
+    events may still be on their way from the spool, out of reach.
+    """
+    query = sa.select(Issue.id, Issue.project_id).where(Issue.last_seen < last_seen_before)
+    if project_id is not None:
+        query = query.where(Issue.project_id == project_id)
+    candidates = [(int(i), int(p)) for i, p in session.execute(query.order_by(Issue.id))]
+    gone: list[int] = []
+    for start in range(0, len(candidates), CHUNK):
+        chunk = candidates[start : start + CHUNK]
+        alive = _with_events(store, chunk, events_since)
+        gone.extend(issue_id for issue_id, _ in chunk if issue_id not in alive)
+    return gone
+
+
+def _with_events(
+    store: ClickHouse, chunk: list[tuple[int, int]], since: dt.datetime | None
+) -> set[int]:
+    # project_id leads the events ordering key, so naming the projects prunes granules.
+    where = "project_id IN {projects:Array(UInt64)} AND issue_id IN {ids:Array(UInt64)}"
+    params: dict[str, object] = {
+        "projects": sorted({project for _, project in chunk}),
+        "ids": [issue_id for issue_id, _ in chunk],
+    }
+    if since is not None:
+        where += " AND timestamp >= {since:DateTime64(6, 'UTC')}"
+        params["since"] = since
+    rows = store.query_rows(f"SELECT DISTINCT issue_id FROM events WHERE {where}", params)
+    return {int(row[0]) for row in rows}
+
+
+def remove(session: Session, ids: list[int]) -> int:
+    for start in range(0, len(ids), CHUNK):
+        session.execute(sa.delete(Issue).where(Issue.id.in_(ids[start : start + CHUNK])))
+    session.flush()
+    return len(ids)

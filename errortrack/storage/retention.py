@@ -1,0 +1,156 @@
+"""The periodic retention pass run by the serving process.
+
+Each pass, oldest first and only ever whole partitions (``DROP PARTITION``, never
+row-by-row mutations):
+
+1. drops every partition whose retention has run out for all its rows. ClickHouse's
+   TTL would drop them too, but only when a background TTL merge gets round to it
+   (``merge_with_ttl_timeout``, 4 h by default); the partition key carries
+   ``retention_days``, so the expiry of a partition is exact and dropping it is free;
+2. with a disk cap, while ClickHouse's bytes on disk (logs + events + spans) exceed it,
+   drops the oldest day of all three tables, never today's;
+3. removes issues whose events are all gone (``errortrack.storage.issues``).
+
+Every removal is logged. In server mode each worker (and each app instance) runs its
+own pass; that is harmless because every step is idempotent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sqlalchemy.orm import Session
+
+from errortrack import db
+from errortrack.analytics import ClickHouse
+from errortrack.storage import issues, tables
+
+if TYPE_CHECKING:
+    from errortrack.state import AppState
+
+log = logging.getLogger(__name__)
+
+# Issues seen within this window are left alone: their events may still be in the spool.
+ISSUE_GRACE = dt.timedelta(days=1)
+
+
+@dataclasses.dataclass
+class PassReport:
+    expired: list[tables.Partition] = dataclasses.field(default_factory=list)
+    over_cap: list[tables.Partition] = dataclasses.field(default_factory=list)
+    bytes_after: int = 0
+    issues_removed: int = 0
+
+
+def run_pass(
+    session: Session, store: ClickHouse, *, now: dt.datetime, disk_cap_bytes: int = 0
+) -> PassReport:
+    report = PassReport()
+    remaining = []
+    for partition in tables.partitions(store):
+        if partition.expires_at <= now:
+            tables.drop_partition(store, partition)
+            report.expired.append(partition)
+        else:
+            remaining.append(partition)
+    report.bytes_after = sum(p.bytes_on_disk for p in remaining)
+    if disk_cap_bytes > 0:
+        report.over_cap = _enforce_cap(store, remaining, disk_cap_bytes, now.date())
+        report.bytes_after -= sum(p.bytes_on_disk for p in report.over_cap)
+    report.issues_removed = issues.remove(
+        session, issues.orphaned(session, store, last_seen_before=now - ISSUE_GRACE)
+    )
+    _log(report, disk_cap_bytes)
+    return report
+
+
+def _enforce_cap(
+    store: ClickHouse, partitions: list[tables.Partition], cap: int, today: dt.date
+) -> list[tables.Partition]:
+    """Drop whole days, oldest first, until the bytes fit under ``cap``."""
+    total = sum(p.bytes_on_disk for p in partitions)
+    days = sorted({p.day for p in partitions})
+    dropped: list[tables.Partition] = []
+    for day in days:
+        if total <= cap:
+            break
+        if day >= today:
+            log.warning(
+                "disk cap %d bytes: still %d bytes after dropping every past day", cap, total
+            )
+            break
+        for partition in (p for p in partitions if p.day == day):
+            tables.drop_partition(store, partition)
+            dropped.append(partition)
+            total -= partition.bytes_on_disk
+    return dropped
+
+
+def _log(report: PassReport, cap: int) -> None:
+    for reason, parts in (
+        ("retention expired", report.expired),
+        ("over disk cap", report.over_cap),
+    ):
+        for p in parts:
+            log.info(
+                "retention: dropped %s partition %s (%d rows, %d bytes): %s",
+                p.table, p.partition_id, p.rows, p.bytes_on_disk, reason,
+            )  # fmt: skip
+    if report.issues_removed:
+        log.info("retention: removed %d issues whose events are all gone", report.issues_removed)
+    if cap:
+        log.info("retention: %d bytes on disk after the pass (cap %d)", report.bytes_after, cap)
+
+
+class RetentionJob:
+    """Runs ``run`` every ``interval`` seconds on a daemon thread until stopped.
+
+    Started after fork with the rest of ``AppState.background``; the first pass runs
+    one interval after start, so that a restart loop never hammers the stores.
+    """
+
+    def __init__(self, run: Callable[[], object], *, interval: float) -> None:
+        self._run_once = run
+        self.interval = interval
+        self.passes = 0  # completed passes, failed ones included; for tests and logs
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="retention", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._run_once()
+            except Exception:  # a failed pass is logged; the next one tries again
+                log.exception("retention pass failed")
+            self.passes += 1
+
+
+def build_job(state: AppState) -> RetentionJob:
+    """The job the composition root adds to ``state.background``."""
+
+    def one_pass() -> PassReport:
+        with db.unit_of_work(state.sessions) as session:
+            return run_pass(
+                session,
+                state.clickhouse,
+                now=state.clock(),
+                disk_cap_bytes=state.settings.disk_cap_bytes,
+            )
+
+    return RetentionJob(one_pass, interval=state.settings.retention_interval_seconds)

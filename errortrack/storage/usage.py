@@ -1,0 +1,149 @@
+"""What the data takes: rows, bytes and time span per table, per project, and in total.
+
+Bytes per table are exact (``system.parts``). Bytes per project are **estimates**: a part
+holds several projects' rows and ClickHouse keeps no size per row, so each part's bytes
+are shared out by each project's share of that part's rows. Splitting part by part
+(rather than by the table-wide row share) follows projects whose volume changes from
+day to day, since every part belongs to one day. The rows themselves are exact counts.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from errortrack.analytics import ClickHouse
+from errortrack.models import Project
+from errortrack.storage import tables
+
+SIZES = ("bytes_on_disk", "compressed_bytes", "uncompressed_bytes")
+ESTIMATE_NOTE = (
+    "Bytes per project are estimated: each part's bytes are split by the project's share "
+    "of the part's rows. Bytes per table and in total are exact."
+)
+
+
+def _zero() -> dict[str, Any]:
+    return {"rows": 0, **dict.fromkeys(SIZES, 0), "oldest": None, "newest": None}
+
+
+def _add(
+    into: dict[str, Any], rows: int, sizes: Mapping[str, float], span: tuple[Any, Any]
+) -> None:
+    into["rows"] += rows
+    for key in SIZES:
+        into[key] += sizes[key]
+    oldest, newest = span
+    if oldest is not None and (into["oldest"] is None or oldest < into["oldest"]):
+        into["oldest"] = oldest
+    if newest is not None and (into["newest"] is None or newest > into["newest"]):
+        into["newest"] = newest
+
+
+def _parts(store: ClickHouse, table: str) -> dict[tuple[str, str], dict[str, int]]:
+    rows = store.query_rows(
+        "SELECT hostName(), name, bytes_on_disk, data_compressed_bytes, data_uncompressed_bytes "
+        f"FROM {tables.parts_source(store)} "
+        "WHERE database = {db:String} AND table = {table:String} AND active AND rows > 0",
+        {"db": store.database, "table": tables.local_name(store, table)},
+    )
+    return {(host, name): dict(zip(SIZES, sizes, strict=True)) for host, name, *sizes in rows}
+
+
+def table_usage(store: ClickHouse, table: str) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+    """(the table's totals, {project_id: that project's share})."""
+    parts = _parts(store, table)
+    column = tables.TIME_COLUMNS[table]
+    # hostName() tells shards apart in a cluster, where part names repeat across shards.
+    counts = store.query_rows(
+        f"SELECT hostName(), _part, project_id, count(), min({column}), max({column}) "
+        f"FROM {table} GROUP BY hostName(), _part, project_id"
+    )
+    visible: collections.Counter[tuple[str, str]] = collections.Counter()
+    for host, part, _, count, _, _ in counts:
+        visible[(host, part)] += count
+    total = _zero()
+    projects: dict[int, dict[str, Any]] = collections.defaultdict(_zero)
+    for host, part, project_id, count, oldest, newest in counts:
+        sizes = parts.get((host, part), dict.fromkeys(SIZES, 0))
+        share = {k: v * count / visible[(host, part)] for k, v in sizes.items()}
+        _add(projects[int(project_id)], count, share, (oldest, newest))
+        _add(total, count, dict.fromkeys(SIZES, 0), (oldest, newest))
+    for sizes in parts.values():  # exact bytes, including parts only holding deleted rows
+        _add(total, 0, sizes, (None, None))
+    # A part's name starts with its partition id: "<partition_id>_<min>_<max>_<level>".
+    total.update(parts=len(parts), partitions=len({name.split("_")[0] for _, name in parts}))
+    return total, projects
+
+
+def usage(
+    session: Session, store: ClickHouse, *, default_retention_days: int, disk_cap_bytes: int = 0
+) -> dict[str, Any]:
+    """The whole report served by ``GET /api/storage``."""
+    known = {p.id: p for p in session.scalars(sa.select(Project).order_by(Project.id))}
+    by_table: dict[str, dict[str, Any]] = {}
+    per_project: dict[int, dict[str, dict[str, Any]]] = collections.defaultdict(dict)
+    total = _zero()
+    for table in tables.TABLES:
+        table_total, projects = table_usage(store, table)
+        by_table[table] = table_total
+        _add(
+            total, table_total["rows"], table_total, (table_total["oldest"], table_total["newest"])
+        )
+        for project_id, figures in projects.items():
+            per_project[project_id][table] = figures
+    return {
+        "tables": by_table,
+        "projects": [
+            _project_entry(pid, known.get(pid), per_project.get(pid, {}), default_retention_days)
+            for pid in sorted(set(known) | set(per_project))
+        ],
+        "total": total,
+        "relational": relational_size(session),
+        "retention": {"default_days": default_retention_days, "disk_cap_bytes": disk_cap_bytes},
+        "estimates": ESTIMATE_NOTE,
+    }
+
+
+def _project_entry(
+    project_id: int,
+    project: Project | None,
+    figures: dict[str, dict[str, Any]],
+    default_days: int,
+) -> dict[str, Any]:
+    """One project's line; ``exists`` is false for data left by a deleted project."""
+    entry_tables = {t: figures.get(t, _zero()) for t in tables.TABLES}
+    total = _zero()
+    for f in entry_tables.values():
+        _add(total, f["rows"], f, (f["oldest"], f["newest"]))
+    override = project.retention_days if project is not None else None
+    return {
+        "project_id": project_id,
+        "name": project.name if project is not None else None,
+        "exists": project is not None,
+        "retention_days": override if override is not None else default_days,
+        "retention_override": override,
+        "tables": entry_tables,
+        "total": total,
+    }
+
+
+def relational_size(session: Session) -> dict[str, Any]:
+    """Bytes of the relational database when they can be read, else None."""
+    bind = session.get_bind()
+    dialect = bind.dialect.name
+    url = bind.engine.url
+    size: int | None = None
+    if dialect == "postgresql":
+        size = session.scalar(sa.text("SELECT pg_database_size(current_database())"))
+    elif dialect == "sqlite" and url.database not in (None, "", ":memory:"):
+        path = Path(str(url.database))
+        # WAL mode: recent writes sit in the -wal file until a checkpoint.
+        files = [path, path.with_name(path.name + "-wal")]
+        size = sum(f.stat().st_size for f in files if f.exists()) or None
+    return {"backend": dialect, "bytes": size}

@@ -1,0 +1,1 @@
+"""Users and the team: the primary user, global roles."""

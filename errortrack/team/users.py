@@ -1,0 +1,40 @@
+"""User services. Plain functions over a session; no request or response inside."""
+
+from __future__ import annotations
+
+import re
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from errortrack.auth.passwords import MIN_LENGTH, hash_password
+from errortrack.errors import Conflict, ValidationError
+from errortrack.models import User
+
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+def normalise_email(email: str) -> str:
+    value = (email or "").strip().lower()
+    if not _EMAIL.match(value) or len(value) > 320:
+        raise ValidationError("not a valid email address", field="email")
+    return value
+
+
+def check_password(password: str) -> None:
+    if len(password or "") < MIN_LENGTH:
+        raise ValidationError(
+            f"password must be at least {MIN_LENGTH} characters", field="password"
+        )
+
+
+def bootstrap_primary(session: Session, *, email: str, password: str) -> User:
+    """Create the first account: the primary user, a global admin. Only while none exists."""
+    email = normalise_email(email)
+    check_password(password)
+    if session.scalar(sa.select(sa.func.count()).select_from(User)):
+        raise Conflict("a user already exists; bootstrap only creates the first account")
+    user = User(email=email, password_hash=hash_password(password), role="admin", is_primary=True)
+    session.add(user)
+    session.flush()
+    return user

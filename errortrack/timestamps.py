@@ -1,0 +1,40 @@
+"""SDK timestamps: ISO 8601 strings (Python) or float Unix seconds (Node)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+# Sentry's own window: an event dated too far from its arrival gets its arrival time, so
+# one SDK with a wrong clock cannot pin an issue's last-seen in the future.
+MAX_FUTURE = 60.0
+MAX_PAST = 30 * 86400.0
+
+
+def parse(value: Any) -> float | None:
+    """Unix seconds, or None when the value is missing or not a timestamp."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str) and value:
+        try:
+            parsed = dt.datetime.fromisoformat(value)
+        except ValueError:
+            try:
+                return float(value)
+            except ValueError:
+                return None
+        if parsed.tzinfo is None:
+            # SDKs send UTC; a naive string means UTC, never the server's zone.
+            parsed = parsed.replace(tzinfo=dt.UTC)
+        return parsed.timestamp()
+    return None
+
+
+def clamped(value: Any, received: float) -> float:
+    """The SDK's time when it is plausible, else the server's arrival time."""
+    ts = parse(value)
+    if ts is None or ts > received + MAX_FUTURE or ts < received - MAX_PAST:
+        return received
+    return ts

@@ -1,0 +1,1 @@
+"""Transactions and spans: SDK payloads -> rows of the ``spans`` table."""

@@ -1,0 +1,97 @@
+"""One row of the ``spans`` table, and typed attributes for SDKs that send plain dicts.
+
+Node 11 sends typed attributes (``{name: {value, type}}``), stored as sent. Python and
+classic transactions send ``data`` and ``tags`` dicts; their values become attributes of
+the inferred type, so both kinds can be filtered through the same typed maps as logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from errortrack.ingest.logs import INT64_MAX, INT64_MIN
+from errortrack.ingest.logs import _typed_maps as typed_maps
+
+
+def infer_type(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer" if INT64_MIN <= value <= INT64_MAX else "string"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return None
+
+
+def infer_attributes(*sources: Any) -> dict[str, dict[str, Any]]:
+    """``{name: {value, type}}`` from plain dicts; nested dicts flatten to dotted names,
+    later sources win, and nulls are left out (they carry nothing to filter on)."""
+    out: dict[str, dict[str, Any]] = {}
+    for source in sources:
+        if isinstance(source, Mapping):
+            _flatten(source, "", out)
+    return out
+
+
+def _flatten(source: Mapping[str, Any], prefix: str, out: dict[str, dict[str, Any]]) -> None:
+    for key, value in source.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            _flatten(value, f"{name}.", out)
+            continue
+        kind = infer_type(value)
+        if kind == "string" and not isinstance(value, str):
+            value = str(value)  # an integer beyond Int64 keeps its digits as text
+        if kind is not None:
+            out[name] = {"value": value, "type": kind}
+
+
+def span_row(
+    *,
+    project_id: int,
+    trace_id: str,
+    span_id: str,
+    parent_span_id: str,
+    segment_id: str,
+    segment_name: str,
+    is_segment: bool,
+    op: str,
+    description: str,
+    start: float,
+    end: float,
+    status: str,
+    received_at: float,
+    attributes: dict[str, Any],
+    retention_days: int,
+) -> dict[str, Any]:
+    return {
+        "project_id": project_id,
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "parent_span_id": parent_span_id,
+        "segment_id": segment_id,
+        "segment_name": segment_name,
+        "is_segment": is_segment,
+        "op": op,
+        "description": description,
+        "start_timestamp": start,
+        # A span whose end precedes its start (clock steps) gets 0, not a wrapped UInt64.
+        "duration_us": max(0, round((end - start) * 1_000_000)),
+        "status": status,
+        "received_at": received_at,
+        "attributes": orjson.dumps(attributes).decode(),
+        **typed_maps(attributes),
+        "retention_days": retention_days,
+    }
+
+
+def text(source: Mapping[str, Any], key: str) -> str:
+    value = source.get(key)
+    return value if isinstance(value, str) else ""

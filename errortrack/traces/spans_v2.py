@@ -1,0 +1,84 @@
+"""``span`` items, version 2 (Node 11 streams spans) -> span rows.
+
+Payload ``{"version": 2, "items": [span, ...]}``; each span carries ``name``,
+``trace_id``, ``span_id``, ``parent_span_id``, float ``start_timestamp`` and
+``end_timestamp``, ``is_segment`` (true on the transaction's root), ``status`` and typed
+``attributes`` (``sentry.op``, ``sentry.segment.name``, ``sentry.segment.id``, ...),
+stored exactly as sent.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from errortrack import timestamps
+from errortrack.errors import BadRequest
+from errortrack.traces.rows import span_row, text
+
+if TYPE_CHECKING:
+    from errortrack.ingest.items import ItemContext, ItemRows
+
+
+def handle_span(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> ItemRows:
+    from errortrack.ingest.items import ItemRows
+
+    try:
+        container = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"span item payload is not valid JSON: {exc}") from None
+    spans = container.get("items") if isinstance(container, dict) else None
+    if not isinstance(spans, list):
+        raise BadRequest('span item payload must be an object {"items": [...]}')
+    return ItemRows(spans=rows(spans, ctx))
+
+
+def _attribute_text(attributes: dict[str, Any], name: str) -> str:
+    attr = attributes.get(name)
+    value = attr.get("value") if isinstance(attr, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def rows(spans: list[Any], ctx: ItemContext) -> list[dict[str, Any]]:
+    received = ctx.received_at.timestamp()
+    starts = [timestamps.parse(s.get("start_timestamp")) for s in spans if isinstance(s, dict)]
+    first = min((s for s in starts if s is not None), default=None)
+    # One shift for the whole item when the SDK's clock is implausible: spans keep their
+    # places relative to each other.
+    shift = 0.0 if first is None else timestamps.clamped(first, received) - first
+    return [_row(span, i, ctx, received, shift) for i, span in enumerate(spans)]
+
+
+def _row(span: Any, index: int, ctx: ItemContext, received: float, shift: float) -> dict[str, Any]:
+    if not isinstance(span, dict) or not text(span, "trace_id") or not text(span, "span_id"):
+        raise BadRequest(f"span {index} needs a trace_id and a span_id")
+    attributes = span.get("attributes")
+    if attributes is None:
+        attributes = {}
+    elif not isinstance(attributes, dict):
+        raise BadRequest(f"span {index}: attributes must be an object")
+    is_segment = span.get("is_segment") is True
+    start = timestamps.parse(span.get("start_timestamp"))
+    start = received - shift if start is None else start
+    end = timestamps.parse(span.get("end_timestamp"))
+    name = text(span, "name")
+    return span_row(
+        project_id=ctx.project_id,
+        trace_id=text(span, "trace_id"),
+        span_id=text(span, "span_id"),
+        parent_span_id=text(span, "parent_span_id"),
+        segment_id=_attribute_text(attributes, "sentry.segment.id")
+        or (text(span, "span_id") if is_segment else ""),
+        segment_name=_attribute_text(attributes, "sentry.segment.name")
+        or (name if is_segment else ""),
+        is_segment=is_segment,
+        op=_attribute_text(attributes, "sentry.op"),
+        description=name,
+        start=start + shift,
+        end=(start if end is None else end) + shift,
+        status=text(span, "status"),
+        received_at=received,
+        attributes=attributes,
+        retention_days=ctx.retention_days,
+    )

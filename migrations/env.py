@@ -1,0 +1,44 @@
+"""Alembic environment: the URL comes from errortrack's settings (or the caller's config)."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import text
+
+from errortrack import models  # noqa: F401  (registers every table on Base.metadata)
+from errortrack.db import Base, make_engine
+
+config = context.config
+
+
+def _url() -> str:
+    url = config.get_main_option("sqlalchemy.url")
+    if url:
+        return url
+    from errortrack.config import Settings
+
+    return Settings.from_env().resolved_database_url
+
+
+def run_migrations_online() -> None:
+    engine = make_engine(_url())
+    with engine.connect() as connection:
+        if connection.dialect.name == "postgresql":
+            # Never queue behind a long transaction holding a lock: fail fast instead.
+            connection.execute(text("SET lock_timeout = '5s'"))
+            connection.execute(text("SET statement_timeout = '60s'"))
+            # Session-level settings survive the commit; without it SQLAlchemy's autobegun
+            # transaction would swallow Alembic's and roll the migration back on close.
+            connection.commit()
+        context.configure(
+            connection=connection,
+            target_metadata=Base.metadata,
+            render_as_batch=connection.dialect.name == "sqlite",
+            compare_type=True,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+run_migrations_online()

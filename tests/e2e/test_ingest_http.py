@@ -1,0 +1,318 @@
+"""The ingest endpoints in-process: real relational store, real chDB, real spool."""
+
+from __future__ import annotations
+
+import falcon.testing
+import orjson
+import pytest
+
+from errortrack.app import create_app
+from errortrack.ingest import runtime
+from errortrack.ingest.items import DROPPED
+from tests.ingest_support import ENCODERS, log_envelope, make_project, sentry_auth
+from tests.support import FrozenClock
+
+
+@pytest.fixture
+def project(state):
+    with state.sessions() as session:
+        return make_project(session)
+
+
+@pytest.fixture
+def ingest_client(state):
+    client = falcon.testing.TestClient(create_app(state=state))
+    yield client
+    state.ingest.writer.spool.close()
+
+
+def _logs(clickhouse, project_id):
+    return clickhouse.query_rows(
+        "SELECT body, level, severity_number, trace_id, span_id, attributes, retention_days, "
+        "toUnixTimestamp64Micro(timestamp), toUnixTimestamp64Micro(ingested_at) "
+        "FROM logs WHERE project_id = {p:UInt64} ORDER BY timestamp",
+        parameters={"p": project_id},
+    )
+
+
+def _post(client, project_id, body, headers=None, *, path="envelope/", query=None):
+    return client.simulate_post(
+        f"/api/{project_id}/{path}", body=body, headers=headers or {}, query_string=query
+    )
+
+
+def _log(body, level="info", **extra):
+    return {
+        "timestamp": 1795313283.1752334,
+        "level": level,
+        "body": body,
+        "trace_id": "e5b61031519245ccaea3fd1be4e59ce7",
+        **extra,
+    }
+
+
+def test_logs_reach_clickhouse_with_the_seed_rules(state, ingest_client, project, clickhouse):
+    pid, key = project
+    attrs = {
+        "n": {"value": "12", "type": "integer"},
+        "ok": {"value": True, "type": "boolean"},
+        "xs": {"value": [1, "a"], "type": "array"},
+        "d": {"value": 1.5, "type": "double"},
+    }
+    logs = [
+        _log("in span", "warn", span_id="96af6e9076d708e9", attributes=attrs),
+        _log(
+            "node in span",
+            "error",
+            attributes={
+                "sentry.trace.parent_span_id": {"value": "a17ad1e8085dc132", "type": "string"}
+            },
+        ),
+        _log("outside", "notice"),
+    ]
+    resp = _post(ingest_client, pid, log_envelope(logs), sentry_auth(key))
+    assert resp.status_code == 200, resp.text
+    assert resp.json == {}
+    state.ingest.writer.drain()
+    rows = {r[0]: r for r in _logs(clickhouse, pid)}
+    assert set(rows) == {"in span", "node in span", "outside"}
+    assert rows["in span"][1:5] == (
+        "warn",
+        13,
+        "e5b61031519245ccaea3fd1be4e59ce7",
+        "96af6e9076d708e9",
+    )
+    assert orjson.loads(rows["in span"][5]) == attrs
+    assert rows["node in span"][1:5] == (
+        "error",
+        17,
+        "e5b61031519245ccaea3fd1be4e59ce7",
+        "a17ad1e8085dc132",
+    )
+    assert rows["outside"][1:5] == ("notice", None, "", "")
+    assert rows["outside"][6] == 90
+    assert rows["outside"][7] == 1795313283175233
+    assert rows["outside"][8] == int(FrozenClock().now.timestamp() * 1_000_000)
+    typed = clickhouse.query_rows(
+        "SELECT attr_int, attr_bool, attr_float, attr_string FROM logs WHERE body = 'in span'"
+    )
+    assert typed[0] == ({"n": 12}, {"ok": True}, {"d": 1.5}, {"xs": '[1,"a"]'})
+
+
+def test_both_url_shapes_and_project_retention(state, ingest_client, clickhouse):
+    with state.sessions() as session:
+        pid, key = make_project(session, retention_days=7)
+    for path in ("envelope/", "envelope"):
+        resp = _post(
+            ingest_client,
+            pid,
+            log_envelope([_log(path)], with_length=False),
+            sentry_auth(key),
+            path=path,
+        )
+        assert resp.status_code == 200, resp.text
+    state.ingest.writer.drain()
+    assert sorted((r[0], r[6]) for r in _logs(clickhouse, pid)) == [
+        ("envelope", 7),
+        ("envelope/", 7),
+    ]
+
+
+@pytest.mark.parametrize("encoding", sorted(ENCODERS))
+def test_each_content_encoding(state, ingest_client, project, clickhouse, encoding):
+    pid, key = project
+    body = ENCODERS[encoding](log_envelope([_log(f"enc {encoding}")]))
+    headers = {**sentry_auth(key), "Content-Encoding": encoding}
+    assert _post(ingest_client, pid, body, headers).status_code == 200
+    state.ingest.writer.drain()
+    assert [r[0] for r in _logs(clickhouse, pid)] == [f"enc {encoding}"]
+
+
+def test_each_auth_place(state, ingest_client, project, clickhouse):
+    pid, key = project
+    body = log_envelope([_log("x")])
+    assert _post(ingest_client, pid, body, sentry_auth(key)).status_code == 200
+    assert (
+        _post(ingest_client, pid, body, {"Authorization": f"Sentry sentry_key={key}"}).status_code
+        == 200
+    )
+    assert (
+        _post(ingest_client, pid, body, query=f"sentry_version=7&sentry_key={key}").status_code
+        == 200
+    )
+    dsn_body = log_envelope([_log("x")], header={"dsn": f"http://{key}@127.0.0.1:8000/{pid}"})
+    assert _post(ingest_client, pid, dsn_body).status_code == 200
+    state.ingest.writer.drain()
+    assert len(_logs(clickhouse, pid)) == 4
+
+
+def _error(resp, status, code, text=""):
+    assert resp.status_code == status, resp.text
+    assert resp.json["error"]["code"] == code
+    assert text in resp.json["error"]["message"]
+
+
+def test_auth_failures(state, ingest_client, project, clickhouse):
+    pid, key = project
+    with state.sessions() as session:
+        other_pid, other_key = make_project(session, name="other")
+    body = log_envelope([_log("x")])
+    _error(_post(ingest_client, pid, body), 401, "unauthorized", "no sentry_key")
+    _error(
+        _post(ingest_client, pid, body, {"X-Sentry-Auth": "Basic abc"}),
+        401,
+        "unauthorized",
+        "must start with 'Sentry '",
+    )
+    _error(
+        _post(ingest_client, pid, body, {"X-Sentry-Auth": "Sentry sentry_version=7"}),
+        401,
+        "unauthorized",
+        "has no sentry_key",
+    )
+    _error(
+        _post(ingest_client, pid, body, {"X-Sentry-Auth": "Sentry sentry_key=bad-key!"}),
+        401,
+        "unauthorized",
+        "malformed",
+    )
+    _error(_post(ingest_client, pid, body, sentry_auth(other_key)), 403, "forbidden")
+    _error(_post(ingest_client, pid, body, sentry_auth("f" * 32)), 403, "forbidden")
+    _error(_post(ingest_client, 999999, body, sentry_auth(key)), 403, "forbidden")
+    state.ingest.writer.drain()
+    assert _logs(clickhouse, pid) == [] and _logs(clickhouse, other_pid) == []
+
+
+def test_disabled_key_is_403_once_the_cache_expires(state, project):
+    from errortrack.models import ProjectKey
+
+    pid, key = project
+    seconds = [0.0]
+    ingest = runtime.build(state).ingest
+    ingest.keys.clock = lambda: seconds[0]
+    assert ingest.authorize(pid, key).project_id == pid
+    with state.sessions() as session:
+        session.query(ProjectKey).filter_by(public_key=key).update({"is_active": False})
+        session.commit()
+    assert ingest.authorize(pid, key).project_id == pid  # cached: no store hit per request
+    seconds[0] += ingest.keys.ttl + 1
+    with pytest.raises(Exception) as info:
+        ingest.authorize(pid, key)
+    assert getattr(info.value, "status", None) == 403
+
+
+def test_malformed_bodies_are_400_and_store_nothing(state, ingest_client, project, clickhouse):
+    pid, key = project
+    auth = sentry_auth(key)
+    good = log_envelope([_log("fine")])
+    cases = [
+        (good[:-20], "truncated"),
+        (b'{}\n{"type":"log","length":3}\n{"items":[]}\n', "not followed by a newline"),
+        (b'{}\n{"type":"log"}\n{"items": [1,}\n', "log item payload is not valid JSON"),
+        (b'{}\n{"type":"log"}\n{"items": 3}\n', "must be an object"),
+        (good + b'{"type":"log"}\n{"items":[1]}', "log 0 is not a JSON object"),
+    ]
+    for body, text in cases:
+        _error(_post(ingest_client, pid, body, auth), 400, "bad_request", text)
+    _error(
+        _post(ingest_client, pid, b"\x00garbage", {**auth, "Content-Encoding": "gzip"}),
+        400,
+        "bad_request",
+        "not valid gzip",
+    )
+    _error(
+        _post(ingest_client, pid, good, {**auth, "Content-Encoding": "lz4"}),
+        400,
+        "bad_request",
+        "unsupported Content-Encoding",
+    )
+    state.ingest.writer.drain()
+    assert _logs(clickhouse, pid) == []
+
+
+def test_oversize_body_is_413(state, project, clickhouse):
+    import dataclasses
+
+    from errortrack.state import AppState
+
+    small = dataclasses.replace(state.settings, max_body_bytes=10_000)
+    st = AppState.build(small, engine=state.engine, clickhouse=clickhouse, clock=state.clock)
+    client = falcon.testing.TestClient(create_app(state=st))
+    pid, key = project
+    big = log_envelope([_log("y" * 20_000)])
+    _error(_post(client, pid, big, sentry_auth(key)), 413, "payload_too_large")
+    bomb = ENCODERS["gzip"](b"{}\n" + b" " * 10_000_000)
+    assert len(bomb) < 20_000
+    _error(
+        _post(client, pid, bomb, {**sentry_auth(key), "Content-Encoding": "gzip"}),
+        413,
+        "payload_too_large",
+    )
+    st.ingest.writer.spool.close()
+
+
+def test_unknown_items_are_dropped_and_counted(state, ingest_client, project, clickhouse):
+    pid, key = project
+    before = DROPPED.snapshot().get("check_in", 0)
+    body = b'{"event_id":"9ec79c33ec9942ab8353589fcb2e04dc"}\n{"type":"check_in"}\n{"x":1}\n{"type":"client_report","length":2}\n{}'
+    resp = _post(ingest_client, pid, body, sentry_auth(key))
+    assert resp.status_code == 200 and resp.json == {}
+    assert DROPPED.snapshot()["check_in"] == before + 1
+
+
+def test_event_id_is_answered_for_events(state, ingest_client, project):
+    pid, key = project
+    body = b'{"event_id":"9ec79c33ec9942ab8353589fcb2e04dc"}\n{"type":"event"}\n{"event_id":"9ec79c33ec9942ab8353589fcb2e04dc","message":"boom"}\n'
+    resp = _post(ingest_client, pid, body, sentry_auth(key))
+    assert resp.status_code == 200 and resp.json == {"id": "9ec79c33ec9942ab8353589fcb2e04dc"}
+    store = _post(
+        ingest_client,
+        pid,
+        b'{"event_id":"0123456789abcdef0123456789abcdef","message":"x"}',
+        sentry_auth(key),
+        path="store/",
+    )
+    assert store.status_code == 200 and store.json == {"id": "0123456789abcdef0123456789abcdef"}
+    _error(
+        _post(ingest_client, pid, b"{nope", sentry_auth(key), path="store/"),
+        400,
+        "bad_request",
+        "not valid JSON",
+    )
+
+
+def test_cors_preflight(ingest_client):
+    resp = ingest_client.simulate_options(
+        "/api/1/envelope/",
+        headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST"},
+    )
+    assert resp.status_code == 200
+    assert resp.headers["Access-Control-Allow-Origin"] == "*"
+    allowed = resp.headers["Access-Control-Allow-Headers"]
+    for name in ("x-sentry-auth", "content-encoding", "content-type"):
+        assert name in allowed
+
+
+def test_rate_limit_answers_429_with_sentry_headers(state, project, clickhouse):
+    import dataclasses
+
+    from errortrack.state import AppState
+
+    limited = dataclasses.replace(state.settings, rate_limit_per_second=5)
+    st = AppState.build(limited, engine=state.engine, clickhouse=clickhouse, clock=state.clock)
+    client = falcon.testing.TestClient(create_app(state=st))
+    pid, key = project
+    assert (
+        _post(
+            client, pid, log_envelope([_log(str(i)) for i in range(5)]), sentry_auth(key)
+        ).status_code
+        == 200
+    )
+    assert _post(client, pid, log_envelope([_log("a")]), sentry_auth(key)).status_code == 200
+    resp = _post(client, pid, log_envelope([_log("b")]), sentry_auth(key))
+    _error(resp, 429, "rate_limited")
+    assert int(resp.headers["Retry-After"]) >= 1
+    assert resp.headers["X-Sentry-Rate-Limits"].endswith("::project:rate_limited")
+    st.ingest.writer.drain()
+    assert sorted(r[0] for r in _logs(clickhouse, pid)) == ["0", "1", "2", "3", "4", "a"]
+    st.ingest.writer.spool.close()

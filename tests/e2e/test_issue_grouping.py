@@ -1,0 +1,202 @@
+"""The writer's grouping hook and the issue services on the real relational store (and
+chDB for deleting events)."""
+
+import datetime as dt
+
+import orjson
+import pytest
+import sqlalchemy as sa
+
+from errortrack import db
+from errortrack.errors import NotFound, ValidationError
+from errortrack.ingest.items import ItemContext
+from errortrack.issues import service
+from errortrack.issues.events import handle_event
+from errortrack.issues.grouping import GroupingHook
+from errortrack.models import GroupedBatch, Issue, Project
+from errortrack.projects.service import create_project
+
+T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def sessions(engine):
+    return db.make_sessionmaker(engine)
+
+
+@pytest.fixture
+def project_id(sessions):
+    with db.unit_of_work(sessions) as session:
+        return create_project(session, name="shop").id
+
+
+@pytest.fixture
+def hook(sessions, clock):
+    return GroupingHook(sessions, clock=clock)
+
+
+def event_rows(project_id, *specs):
+    """Rows as the event handler builds them; spec = (exception type, seconds after T0)."""
+    rows = []
+    for type_, offset in specs:
+        event = {
+            "exception": {
+                "values": [
+                    {
+                        "type": type_,
+                        "value": "boom",
+                        "stacktrace": {
+                            "frames": [{"module": "app", "function": "f", "in_app": True}]
+                        },
+                    }
+                ]
+            },
+            "timestamp": (T0 + dt.timedelta(seconds=offset)).timestamp(),
+        }
+        ctx = ItemContext(project_id, T0 + dt.timedelta(seconds=offset), 30, {})
+        rows.extend(handle_event(orjson.dumps(event), {}, ctx).events)
+    return rows
+
+
+def issues(sessions):
+    with db.unit_of_work(sessions) as session:
+        return {i.title: i for i in session.scalars(sa.select(Issue))}
+
+
+def count_updates(engine):
+    statements = []
+    sa.event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    return lambda: sum(1 for s in statements if s.lstrip().upper().startswith("UPDATE"))
+
+
+def test_batch_creates_one_issue_per_fingerprint_and_counts_with_one_update(
+    hook, sessions, engine, project_id
+):
+    rows = event_rows(
+        project_id, ("KeyError", 5), ("KeyError", 1), ("ValueError", 2), ("KeyError", 3)
+    )
+    updates = count_updates(engine)
+    out = hook(rows, "seg-1:0")
+    assert updates() == 1  # one executemany UPDATE for the batch, not one per event
+    found = issues(sessions)
+    key_error, value_error = found["KeyError: boom"], found["ValueError: boom"]
+    assert (key_error.event_count, value_error.event_count) == (3, 1)
+    assert key_error.first_seen == T0 + dt.timedelta(seconds=1)
+    assert key_error.last_seen == T0 + dt.timedelta(seconds=5)
+    assert (key_error.status, key_error.culprit, key_error.level) == (
+        "unresolved",
+        "app in f",
+        "error",
+    )
+    assert [r["issue_id"] for r in out] == [
+        key_error.id,
+        key_error.id,
+        value_error.id,
+        key_error.id,
+    ]
+
+
+def test_replayed_batch_token_is_not_counted_twice(hook, sessions, project_id, clock):
+    rows = event_rows(project_id, ("KeyError", 1), ("KeyError", 2))
+    first = [r["issue_id"] for r in hook([dict(r) for r in rows], "seg-1:0")]
+    # A fresh hook (a restarted server) replays the same batch: same ids, same counts.
+    replay = GroupingHook(hook.sessions, clock=clock)
+    again = [r["issue_id"] for r in replay([dict(r) for r in rows], "seg-1:0")]
+    assert first == again
+    assert issues(sessions)["KeyError: boom"].event_count == 2
+    hook(event_rows(project_id, ("KeyError", 9)), "seg-2:0")
+    found = issues(sessions)["KeyError: boom"]
+    assert found.event_count == 3 and found.last_seen == T0 + dt.timedelta(seconds=9)
+    with db.unit_of_work(sessions) as session:
+        assert set(session.scalars(sa.select(GroupedBatch.token))) == {"seg-1:0", "seg-2:0"}
+
+
+def test_cached_lookup_reads_no_issue_rows(hook, engine, project_id):
+    hook(event_rows(project_id, ("KeyError", 1)), "b1")
+    statements = []
+    sa.event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    hook(event_rows(project_id, ("KeyError", 2), ("KeyError", 3)), "b2")
+    assert not [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+
+
+def test_new_event_reopens_a_resolved_issue_but_not_a_muted_one(hook, sessions, project_id):
+    hook(event_rows(project_id, ("KeyError", 1), ("ValueError", 1)), "b1")
+    found = issues(sessions)
+    with db.unit_of_work(sessions) as session:
+        assert (
+            service.resolve(session, project_id=project_id, issue_id=found["KeyError: boom"].id)[
+                "status"
+            ]
+            == "resolved"
+        )
+        service.mute(session, project_id=project_id, issue_id=found["ValueError: boom"].id)
+    assert issues(sessions)["KeyError: boom"].status == "resolved"
+    hook(event_rows(project_id, ("KeyError", 2), ("ValueError", 2)), "b2")
+    after = issues(sessions)
+    assert (after["KeyError: boom"].status, after["KeyError: boom"].event_count) == (
+        "unresolved",
+        2,
+    )
+    assert (after["ValueError: boom"].status, after["ValueError: boom"].event_count) == ("muted", 2)
+
+
+def test_deleted_issue_is_created_again_even_when_cached(hook, sessions, project_id, clickhouse):
+    [row] = hook(event_rows(project_id, ("KeyError", 1)), "b1")
+    with db.unit_of_work(sessions) as session:
+        service.delete(session, clickhouse, project_id=project_id, issue_id=row["issue_id"])
+    # ValueError is new and, on SQLite, takes the deleted issue's id: KeyError's cached
+    # id must not count into it.
+    out = hook(event_rows(project_id, ("ValueError", 2), ("KeyError", 2)), "b2")
+    found = issues(sessions)
+    assert [r["issue_id"] for r in out] == [
+        found["ValueError: boom"].id,
+        found["KeyError: boom"].id,
+    ]
+    assert found["KeyError: boom"].event_count == found["ValueError: boom"].event_count == 1
+
+
+def test_rows_of_a_deleted_project_are_dropped(hook, sessions, project_id):
+    with db.unit_of_work(sessions) as session:
+        other = create_project(session, name="gone").id
+    rows = event_rows(project_id, ("KeyError", 1)) + event_rows(other, ("KeyError", 1))
+    with db.unit_of_work(sessions) as session:
+        session.execute(sa.delete(Project).where(Project.id == other))
+    out = hook(rows, "b1")
+    assert [r["project_id"] for r in out] == [project_id]
+
+
+def test_same_fingerprint_in_two_projects_is_two_issues(hook, sessions, project_id):
+    with db.unit_of_work(sessions) as session:
+        other = create_project(session, name="other").id
+    out = hook(event_rows(project_id, ("KeyError", 1)) + event_rows(other, ("KeyError", 1)), "b1")
+    assert out[0]["issue_id"] != out[1]["issue_id"]
+
+
+def test_status_services_refuse_unknown_status_and_other_projects(hook, sessions, project_id):
+    [row] = hook(event_rows(project_id, ("KeyError", 1)), "b1")
+    with db.unit_of_work(sessions) as session:
+        with pytest.raises(ValidationError) as exc:
+            service.set_status(
+                session, project_id=project_id, issue_id=row["issue_id"], status="done"
+            )
+        assert exc.value.field == "status"
+        with pytest.raises(NotFound):
+            service.resolve(session, project_id=project_id + 1, issue_id=row["issue_id"])
+        assert (
+            service.unresolve(session, project_id=project_id, issue_id=row["issue_id"])["status"]
+            == "unresolved"
+        )
+
+
+def test_delete_removes_the_issue_and_only_its_events(hook, sessions, project_id, clickhouse):
+    rows = hook(event_rows(project_id, ("KeyError", 1), ("KeyError", 2), ("ValueError", 3)), "b1")
+    body = b"\n".join(orjson.dumps(r) for r in rows)
+    clickhouse.client().raw_insert("events", insert_block=body, fmt="JSONEachRow")
+    doomed = rows[0]["issue_id"]
+    with db.unit_of_work(sessions) as session:
+        service.delete(session, clickhouse, project_id=project_id, issue_id=doomed)
+    left = clickhouse.query_rows("SELECT issue_id, count() FROM events GROUP BY issue_id")
+    assert left == [(rows[2]["issue_id"], 1)]
+    assert set(issues(sessions)) == {"ValueError: boom"}
+    with db.unit_of_work(sessions) as session, pytest.raises(NotFound):
+        service.delete(session, clickhouse, project_id=project_id, issue_id=doomed)

@@ -1,0 +1,249 @@
+"""The logs query service against a real chDB store, rows built by ingest's row builder."""
+
+import datetime as dt
+
+import pytest
+
+from errortrack.errors import ValidationError
+from errortrack.logs.filters import AttrFilter, LogFilter
+from errortrack.logs.query import list_logs, trace_logs
+from errortrack.paging import PageRequest
+from tests.logs_data import BASE, insert_logs, sdk_log
+
+T1, T2 = "1" * 32, "2" * 32
+
+
+def _bodies(store, f=None, page=None, project_id=7):
+    result = list_logs(store, project_id, f or LogFilter(), page or PageRequest())
+    return [item["body"] for item in result["items"]]
+
+
+@pytest.fixture
+def logs(clickhouse):
+    insert_logs(
+        clickhouse,
+        7,
+        [
+            sdk_log("boot", level="trace", at=1),
+            sdk_log("Cache MISS for key", level="debug", at=2, **{"cache.hit": False}),
+            sdk_log(
+                "request served",
+                level="info",
+                at=3,
+                trace_id=T1,
+                span_id="a" * 16,
+                **{"http.status_code": 200, "user.id": "u-1"},
+            ),
+            sdk_log(
+                "slow upstream",
+                level="warn",
+                at=4,
+                trace_id=T1,
+                span_id="a" * 16,
+                **{"http.status_code": 503, "latency": 1.5},
+            ),
+            sdk_log(
+                "Payment FAILED: 100% off_code",
+                level="error",
+                at=5,
+                trace_id=T2,
+                span_id="b" * 16,
+                **{"http.status_code": {"value": "503", "type": "string"}},
+            ),
+            sdk_log("disk gone", level="fatal", at=6, **{"user.id": "u-2"}),
+            sdk_log("custom level", level="notice", at=7),
+        ],
+    )
+    insert_logs(clickhouse, 8, [sdk_log("other project", level="error", at=8, trace_id=T1)])
+    return clickhouse
+
+
+def test_newest_first_with_every_field(clickhouse):
+    rows = insert_logs(
+        clickhouse,
+        7,
+        [
+            sdk_log("first", level="info", at=1.25),
+            sdk_log(
+                "second",
+                level="warn",
+                at=2.5,
+                trace_id=T1,
+                span_id="c" * 16,
+                count={"value": "7", "type": "integer"},
+                ok=True,
+                ratio=0.5,
+                name="x",
+            ),
+        ],
+        received=BASE + dt.timedelta(seconds=3),
+    )
+    page = list_logs(clickhouse, 7, LogFilter(), PageRequest())
+    assert page["total_count"] == 2
+    assert page["items"][0] == {
+        "id": rows[1]["id"],
+        "level": "warn",
+        "severity_number": 13,
+        "body": "second",
+        "trace_id": T1,
+        "span_id": "c" * 16,
+        "attributes": {
+            "count": {"value": "7", "type": "integer"},
+            "ok": {"value": True, "type": "boolean"},
+            "ratio": {"value": 0.5, "type": "double"},
+            "name": {"value": "x", "type": "string"},
+        },
+        "timestamp": "2026-11-01T12:00:02.500000Z",
+        "ingested_at": "2026-11-01T12:00:03.000000Z",
+    }
+    # Outside a span the SDK's propagation trace id is not kept.
+    assert page["items"][1]["trace_id"] is None
+    assert page["items"][1]["span_id"] is None
+    assert page["items"][1]["attributes"] == {}
+
+
+def test_no_filter_lists_one_project_only(logs):
+    assert _bodies(logs)[0] == "custom level"
+    assert len(_bodies(logs)) == 7
+    assert _bodies(logs, project_id=8) == ["other project"]
+    assert _bodies(logs, project_id=9) == []
+
+
+@pytest.mark.parametrize(
+    ("levels", "expected"),
+    [
+        (("error",), ["Payment FAILED: 100% off_code"]),
+        (("error", "fatal"), ["disk gone", "Payment FAILED: 100% off_code"]),
+        (("trace", "warn"), ["slow upstream", "boot"]),
+    ],
+)
+def test_level_filter_uses_severity(logs, levels, expected):
+    assert _bodies(logs, LogFilter(levels=levels)) == expected
+
+
+def test_unknown_levels_are_listed_but_never_match_a_level_filter(logs):
+    page = list_logs(logs, 7, LogFilter(), PageRequest())
+    custom = page["items"][0]
+    assert (custom["level"], custom["severity_number"]) == ("notice", None)
+    all_six = ("trace", "debug", "info", "warn", "error", "fatal")
+    assert "custom level" not in _bodies(logs, LogFilter(levels=all_six))
+
+
+def test_trace_filter(logs):
+    assert _bodies(logs, LogFilter(trace_id=T1)) == ["slow upstream", "request served"]
+    assert _bodies(logs, LogFilter(trace_id="f" * 32)) == []
+    assert [i["body"] for i in trace_logs(logs, 7, T1, 10)] == ["request served", "slow upstream"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("failed", ["Payment FAILED: 100% off_code"]),
+        ("cache miss", ["Cache MISS for key"]),
+        ("100%", ["Payment FAILED: 100% off_code"]),
+        ("% off", ["Payment FAILED: 100% off_code"]),
+        ("off_", ["Payment FAILED: 100% off_code"]),
+        # % and _ are literal characters, not wildcards.
+        ("o%e", []),
+        ("d_sk", []),
+        ("nothing like it", []),
+    ],
+)
+def test_text_search(logs, text, expected):
+    assert _bodies(logs, LogFilter(text=text)) == expected
+
+
+def test_time_range_start_inclusive_end_exclusive(logs):
+    start, end = BASE + dt.timedelta(seconds=3), BASE + dt.timedelta(seconds=5)
+    assert _bodies(logs, LogFilter(start=start, end=end)) == ["slow upstream", "request served"]
+    assert _bodies(logs, LogFilter(start=BASE + dt.timedelta(seconds=6.5))) == ["custom level"]
+    assert _bodies(logs, LogFilter(end=BASE + dt.timedelta(seconds=2))) == ["boot"]
+    with pytest.raises(ValidationError) as err:
+        LogFilter(start=end, end=start)
+    assert err.value.field == "end"
+
+
+@pytest.mark.parametrize(
+    ("name", "values", "expected"),
+    [
+        # 503 sent as an integer and "503" sent as a string both equal the text 503.
+        ("http.status_code", ("503",), ["Payment FAILED: 100% off_code", "slow upstream"]),
+        ("http.status_code", ("200",), ["request served"]),
+        (
+            "http.status_code",
+            ("200", "503"),
+            ["Payment FAILED: 100% off_code", "slow upstream", "request served"],
+        ),
+        ("http.status_code", ("abc",), []),
+        ("user.id", ("u-2",), ["disk gone"]),
+        ("latency", ("1.5",), ["slow upstream"]),
+        ("cache.hit", ("false",), ["Cache MISS for key"]),
+        # A missing attribute is not "empty" or 0.
+        ("user.id", ("",), []),
+        ("nope", ("0",), []),
+    ],
+)
+def test_attribute_filter_matches_in_the_attributes_type(logs, name, values, expected):
+    assert _bodies(logs, LogFilter(attributes=(AttrFilter(name, values),))) == expected
+
+
+def test_attribute_filters_combine_with_and(logs):
+    f = LogFilter(
+        attributes=(AttrFilter("http.status_code", ("503",)),), trace_id=T1, levels=("warn",)
+    )
+    assert _bodies(logs, f) == ["slow upstream"]
+    f = LogFilter(
+        attributes=(AttrFilter("http.status_code", ("503",)), AttrFilter("user.id", ("u-1",)))
+    )
+    assert _bodies(logs, f) == []
+
+
+def test_sort_by_severity(logs):
+    bodies = _bodies(logs, LogFilter(sort="-severity"))
+    assert bodies[:3] == ["disk gone", "Payment FAILED: 100% off_code", "slow upstream"]
+    assert bodies[-1] == "custom level"  # no severity: last either way
+    assert _bodies(logs, LogFilter(sort="severity"))[0] == "boot"
+    assert _bodies(logs, LogFilter(sort="timestamp"))[0] == "boot"
+
+
+def test_pagination_edges(clickhouse):
+    insert_logs(clickhouse, 7, [sdk_log(f"log {i}", at=i) for i in range(1, 8)])
+    last = list_logs(clickhouse, 7, LogFilter(), PageRequest(page=3, per_page=3))
+    assert last["items"][0]["body"] == "log 1"
+    assert (last["total_count"], last["total_pages"], len(last["items"])) == (7, 3, 1)
+    past = list_logs(clickhouse, 7, LogFilter(), PageRequest(page=4, per_page=3))
+    assert (past["items"], past["total_count"], past["page"]) == ([], 7, 4)
+    one = list_logs(clickhouse, 7, LogFilter(), PageRequest(page=2, per_page=1))
+    assert [i["body"] for i in one["items"]] == ["log 6"]
+    assert one["total_pages"] == 7
+    big = list_logs(clickhouse, 7, LogFilter(), PageRequest(per_page=1000))
+    assert len(big["items"]) == 7 and big["total_pages"] == 1
+    # Walking every page of one visits every log once.
+    walked = [_bodies(clickhouse, page=PageRequest(page=p, per_page=2)) for p in range(1, 5)]
+    assert [b for page in walked for b in page] == [f"log {i}" for i in range(7, 0, -1)]
+
+
+def test_ties_in_time_page_without_overlap(clickhouse):
+    insert_logs(clickhouse, 7, [sdk_log(f"same {i}", at=1) for i in range(5)])
+    walked = [_bodies(clickhouse, page=PageRequest(page=p, per_page=2)) for p in range(1, 4)]
+    assert sorted(b for page in walked for b in page) == [f"same {i}" for i in range(5)]
+
+
+def test_empty_project_page(clickhouse):
+    assert list_logs(clickhouse, 7, LogFilter(), PageRequest()) == {
+        "items": [],
+        "total_count": 0,
+        "page": 1,
+        "per_page": 50,
+        "total_pages": 0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"page": 0}, "page"), ({"per_page": 0}, "per_page"), ({"per_page": 1001}, "per_page")],
+)
+def test_page_request_limits(kwargs, field):
+    with pytest.raises(ValidationError) as err:
+        PageRequest(**kwargs)
+    assert err.value.field == field

@@ -1,0 +1,151 @@
+"""Test helpers shared by unit and end-to-end tests: clocks, scratch databases, servers."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import sqlalchemy as sa
+
+TEST_PG = os.environ.get("ERRORTRACK_TEST_DATABASE_URL", "")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class FrozenClock:
+    """An injectable clock: tests move time instead of sleeping."""
+
+    def __init__(self, now: dt.datetime | None = None) -> None:
+        self.now = now or dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += dt.timedelta(**delta)
+
+
+def _admin_url(url: str) -> sa.URL:
+    return sa.make_url(url).set(database="postgres")
+
+
+@contextlib.contextmanager
+def scratch_database(tmp_path: Path) -> Iterator[str]:
+    """A brand-new, empty relational database: a Postgres database when the suite runs on
+    Postgres, else a SQLite file. Dropped afterwards."""
+    if not TEST_PG:
+        yield f"sqlite:///{tmp_path / f'scratch-{uuid.uuid4().hex[:8]}.sqlite3'}"
+        return
+    name = f"et_scratch_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(_admin_url(TEST_PG), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield sa.make_url(TEST_PG).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def server_env(data_dir: Path, database_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ERRORTRACK_")}
+    env.update(
+        ERRORTRACK_DATA_DIR=str(data_dir),
+        ERRORTRACK_DATABASE_URL=database_url,
+        TZ="UTC",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def errortrack(
+    *args: str, env: dict[str, str], timeout: float = 120, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "errortrack", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=input,
+        cwd=ROOT,
+    )
+
+
+class Server:
+    """A real `errortrack serve` process on a free loopback port."""
+
+    def __init__(self, env: dict[str, str], *, threads: int = 8) -> None:
+        self.env = env
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.threads = threads
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = Path(env["ERRORTRACK_DATA_DIR"]).parent / f"server-{self.port}.log"
+
+    def start(self, timeout: float = 60) -> Server:
+        Path(self.env["ERRORTRACK_DATA_DIR"]).mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "errortrack",
+                "serve",
+                "--port",
+                str(self.port),
+                "--threads",
+                str(self.threads),
+            ],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{self.log()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return self
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"server not ready in {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, sig: int | None = None) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        import signal
+
+        os.killpg(self.proc.pid, sig or signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def kill(self) -> None:
+        import signal
+
+        self.stop(signal.SIGKILL)

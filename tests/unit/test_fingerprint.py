@@ -1,0 +1,153 @@
+"""Grouping rules, one case per rule (errortrack/issues/fingerprint.py)."""
+
+import copy
+
+from errortrack.issues.fingerprint import fingerprint, fingerprint_parts, normalise_message
+
+
+def frame(function, *, module="app.orders", lineno=10, in_app=True, vars=None, filename=None):
+    f = {"function": function, "module": module, "lineno": lineno, "in_app": in_app}
+    if filename is not None:
+        f["filename"] = filename
+        del f["module"]
+    if vars is not None:
+        f["vars"] = vars
+    return f
+
+
+def error(type_="ZeroDivisionError", value="division by zero", frames=None, **extra):
+    exc = {"type": type_, "value": value, "mechanism": {"type": "generic", "handled": True}}
+    if frames is not None:
+        exc["stacktrace"] = {"frames": frames}
+    return {"exception": {"values": [exc]}, "level": "error", **extra}
+
+
+STACK = [
+    frame("run", module="framework.core", in_app=False),
+    frame("checkout"),
+    frame("total", lineno=42, vars={"x": "0"}),
+]
+
+
+def test_same_code_path_with_other_line_numbers_and_values_is_the_same_issue():
+    a = error(value="division by zero (x=0)", frames=copy.deepcopy(STACK))
+    b = error(value="division by zero (x=7)", frames=copy.deepcopy(STACK))
+    for f in b["exception"]["values"][0]["stacktrace"]["frames"]:
+        f["lineno"] += 3
+        f["vars"] = {"x": "7", "cart": "{'id': 99}"}
+        f["context_line"] = "    return a / b  # edited"
+    assert fingerprint(a) == fingerprint(b)
+
+
+def test_different_exception_types_are_different_issues():
+    assert fingerprint(error("ZeroDivisionError", frames=STACK)) != fingerprint(
+        error("KeyError", frames=STACK)
+    )
+
+
+def test_different_in_app_function_is_a_different_issue():
+    other = [*STACK[:-1], frame("discount")]
+    assert fingerprint(error(frames=STACK)) != fingerprint(error(frames=other))
+
+
+def test_only_in_app_frames_count_when_there_are_some():
+    framework_changed = [frame("dispatch", module="framework.v2", in_app=False), *STACK[1:]]
+    assert fingerprint(error(frames=STACK)) == fingerprint(error(frames=framework_changed))
+    assert "framework.core:run" not in fingerprint_parts(error(frames=STACK))
+
+
+def test_all_frames_count_when_none_is_in_app():
+    lib = [frame("a", module="lib.x", in_app=False), frame("b", module="lib.y", in_app=False)]
+    other = [frame("a", module="lib.x", in_app=False), frame("c", module="lib.y", in_app=False)]
+    parts = fingerprint_parts(error(frames=lib))
+    assert parts == ["exception", "type:ZeroDivisionError", "lib.x:a", "lib.y:b"]
+    assert fingerprint(error(frames=lib)) != fingerprint(error(frames=other))
+
+
+def test_filename_stands_in_for_a_missing_module():
+    frames = [frame("main", filename="/srv/app/index.js")]
+    assert fingerprint_parts(error(frames=frames))[-1] == "/srv/app/index.js:main"
+
+
+def test_chained_exceptions_use_every_type():
+    cause = {"type": "KeyError", "value": "'id'", "stacktrace": {"frames": [frame("load")]}}
+    event = error("ValueError", frames=STACK)
+    event["exception"]["values"].insert(0, cause)
+    assert fingerprint(event) != fingerprint(error("ValueError", frames=STACK))
+    assert fingerprint_parts(event)[:3] == ["exception", "type:KeyError", "app.orders:load"]
+
+
+def test_exception_without_frames_groups_by_type_and_normalised_value():
+    assert fingerprint(error(value="user 12 not found")) == fingerprint(
+        error(value="user 977 not found")
+    )
+    assert fingerprint(error(value="user 12 not found")) != fingerprint(error(value="bad token"))
+
+
+def test_custom_fingerprint_wins():
+    a = error("KeyError", frames=STACK, fingerprint=["payments-down"])
+    b = error("ValueError", value="other", fingerprint=["payments-down"])
+    assert fingerprint(a) == fingerprint(b)
+    assert fingerprint(a) != fingerprint(error("KeyError", frames=STACK))
+
+
+def test_default_variable_expands_to_the_default_grouping():
+    plain = error(frames=STACK)
+    only_default = error(frames=STACK, fingerprint=["{{ default }}"])
+    assert fingerprint(only_default) == fingerprint(plain)
+    with_tenant_a = error(frames=STACK, fingerprint=["tenant-a", "{{ default }}"])
+    with_tenant_b = error(frames=STACK, fingerprint=["tenant-b", "{{ default }}"])
+    other_error = error("KeyError", frames=STACK, fingerprint=["tenant-a", "{{ default }}"])
+    assert len({fingerprint(e) for e in (plain, with_tenant_a, with_tenant_b, other_error)}) == 4
+    assert fingerprint_parts(with_tenant_a)[:3] == ["custom", "tenant-a", "exception"]
+
+
+def test_message_groups_by_logentry_template():
+    a = {"logentry": {"message": "charge failed for %s", "formatted": "charge failed for bob"}}
+    b = {"logentry": {"message": "charge failed for %s", "formatted": "charge failed for ann"}}
+    assert fingerprint(a) == fingerprint(b)
+
+
+def test_plain_message_normalises_numbers_hex_ids_and_uuids():
+    a = {"message": "order 1234 failed after 3.5 s (req 9f86d081884c7d65, id 0x7f1b0cab)"}
+    b = {"message": "order 88 failed after 12.25 s (req 0a1b2c3d4e5f6a7b, id 0x7f00aa11)"}
+    c = {"message": "job 6fa459ea-ee8a-3ca4-894e-db77e160355e stuck"}
+    d = {"message": "job 16fd2706-8baf-433b-82eb-8c7fada847da stuck"}
+    assert fingerprint(a) == fingerprint(b)
+    assert fingerprint(c) == fingerprint(d)
+    assert fingerprint(a) != fingerprint(c)
+    assert fingerprint({"message": "order failed"}) != fingerprint(a)
+
+
+def test_normalise_message_keeps_words():
+    assert normalise_message("user 42 at 0xdeadbeef1") == "user <num> at <hex>"
+    assert normalise_message("deadline exceeded") == "deadline exceeded"
+
+
+def test_typeless_exception_groups_by_message_not_frames():
+    """Node's captureMessage: an exception value without type (mechanism.synthetic)."""
+
+    def node_message(text, frames):
+        return {
+            "message": text,
+            "exception": {
+                "values": [
+                    {
+                        "value": text,
+                        "stacktrace": {"frames": frames},
+                        "mechanism": {"type": "generic", "handled": True, "synthetic": True},
+                    }
+                ]
+            },
+        }
+
+    here = node_message("cache miss 12", [frame("a")])
+    there = node_message("cache miss 99", [frame("b", module="other")])
+    assert fingerprint(here) == fingerprint(there)
+    assert fingerprint(here) == fingerprint({"message": "cache miss 7"})
+    assert fingerprint(here) != fingerprint(node_message("queue full", [frame("a")]))
+
+
+def test_event_without_exception_or_message_has_one_fallback_group():
+    assert fingerprint({}) == fingerprint({"level": "info"})
+    assert fingerprint({}) != fingerprint({"message": "x"})

@@ -1,0 +1,89 @@
+"""Parsing the text of a logs query: every mistake names its parameter."""
+
+import datetime as dt
+
+import pytest
+
+from errortrack.errors import ValidationError
+from errortrack.logs.filters import (
+    AttrFilter,
+    LogFilter,
+    attr_filter_name,
+    parse_attr_filters,
+    parse_levels,
+    parse_text,
+    parse_time,
+    parse_trace_id,
+)
+from errortrack.logs.query import where_clause
+
+
+def _field(call, *args):
+    with pytest.raises(ValidationError) as err:
+        call(*args)
+    return err.value.field
+
+
+def test_levels_repeated_or_comma_separated():
+    assert parse_levels(["error", "fatal"]) == ("error", "fatal")
+    assert parse_levels(["error,fatal", "ERROR"]) == ("error", "fatal")
+    assert parse_levels([" warning "]) == ("warn",)
+    assert LogFilter(levels=("fatal", "error")).severity_numbers == [17, 21]
+
+
+@pytest.mark.parametrize("raw", [["critical"], ["error,"], [""], ["info,verbose"]])
+def test_bad_level(raw):
+    assert _field(parse_levels, raw) == "level"
+
+
+def test_trace_id():
+    assert parse_trace_id("ABCDEF00" * 4) == "abcdef00" * 4
+    assert (
+        parse_trace_id("12345678-1234-1234-1234-123456789abc") == "12345678123412341234123456789abc"
+    )
+    for bad in ["", "abc", "g" * 32, "a" * 33]:
+        assert _field(parse_trace_id, bad) == "trace_id"
+
+
+def test_text():
+    assert parse_text("  disk  ") == "disk"
+    assert parse_text("   ") is None
+    assert _field(parse_text, "x" * 501) == "q"
+
+
+def test_times():
+    assert parse_time("2026-11-01T12:00:00Z", "start") == dt.datetime(
+        2026, 11, 1, 12, tzinfo=dt.UTC
+    )
+    assert parse_time("2026-11-01T14:00:00+02:00", "end") == dt.datetime(
+        2026, 11, 1, 12, tzinfo=dt.UTC
+    )
+    assert parse_time("2026-11-01", "start") == dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+    for bad in ["yesterday", "2026-13-01", "", "1700000000"]:
+        assert _field(parse_time, bad, "start") == "start"
+
+
+def test_attribute_params():
+    assert attr_filter_name("level") is None
+    assert attr_filter_name("attr[http.status_code]") == "http.status_code"
+    for bad in ["attr[]", "attr", "attr[x", "attr[a]b", "attr[a[b]]", "attr[" + "n" * 201 + "]"]:
+        assert _field(attr_filter_name, bad) == bad
+    params = [("attr[a]", ["1", "2", "1"]), ("page", ["2"]), ("attr[b]", ["x"])]
+    assert parse_attr_filters(params) == (AttrFilter("a", ("1", "2")), AttrFilter("b", ("x",)))
+    assert _field(parse_attr_filters, [("attr[a]", ["v" * 1001])]) == "attr[a]"
+    too_many = [(f"attr[a{i}]", ["1"]) for i in range(21)]
+    assert _field(parse_attr_filters, too_many) == "attr"
+
+
+def test_sort_is_checked():
+    assert _field(LogFilter, (), None, None, None, None, (), "body") == "sort"
+
+
+def test_values_are_bound_not_formatted():
+    evil = "x' OR 1=1 --"
+    f = LogFilter(text=evil, attributes=(AttrFilter(evil, (evil, "7", "true")),), trace_id="a" * 32)
+    sql, params = where_clause(7, f)
+    assert evil not in sql
+    assert params["text"] == "%x' or 1=1 --%"
+    assert params["a0_attr_int"] == [7] and params["a0_attr_bool"] == [True]
+    assert "a0_attr_float" in params and params["a0_name"] == evil

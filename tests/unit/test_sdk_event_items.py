@@ -1,0 +1,192 @@
+"""Real SDK envelopes (shared fixtures) through the event, transaction and span handlers."""
+
+import datetime as dt
+from pathlib import Path
+
+import orjson
+import pytest
+
+from errortrack.errors import BadRequest
+from errortrack.ingest.envelope import parse
+from errortrack.ingest.items import ItemContext
+from errortrack.issues.events import handle_event
+from errortrack.issues.fingerprint import fingerprint, hash_parts
+from errortrack.traces.spans_v2 import handle_span
+from errortrack.traces.transactions import handle_transaction
+
+FIXTURES = Path("/work/shared/fixtures/sdk-envelopes")
+RECEIVED = dt.datetime(2026, 11, 22, 3, 0, tzinfo=dt.UTC)
+HANDLERS = {"event": handle_event, "transaction": handle_transaction, "span": handle_span}
+
+
+def ctx(header=None):
+    return ItemContext(
+        project_id=42, received_at=RECEIVED, retention_days=30, envelope_header=header or {}
+    )
+
+
+def handle(name, kind):
+    envelope = parse((FIXTURES / name).read_bytes())
+    [(headers, payload)] = [(h, p) for h, p in envelope.items if h["type"] == kind]
+    return HANDLERS[kind](payload, headers, ctx(envelope.header)), payload
+
+
+def test_python_exception_event_row():
+    result, payload = handle("python/0006_c_exception_message.envelope", "event")
+    [row] = result.events
+    assert result.event_id == "aacf9e42aa114d73accfed70a6848b69"
+    assert row["event_id"] == "aacf9e42-aa11-4d73-accf-ed70a6848b69"
+    assert row["issue_id"] == 0  # assigned by the writer's grouping hook
+    assert row["title"] == "ZeroDivisionError: division by zero"
+    assert row["culprit"] == "__main__ in inner_fail"
+    assert (row["level"], row["platform"]) == ("error", "python")
+    assert (row["release"], row["environment"]) == ("demoapp-py@1.0.0", "capture-test")
+    assert row["timestamp"] == dt.datetime(2026, 11, 22, 2, 8, 3, 921902, tzinfo=dt.UTC).timestamp()
+    assert row["received_at"] == RECEIVED.timestamp()
+    assert (row["trace_id"], row["span_id"]) == (
+        "d9b6755dc82d4250a77124de0f359a8d",
+        "b7dc2840630866b1",
+    )
+    assert row["payload"] == payload.decode()
+    assert row["fingerprint"] == fingerprint(orjson.loads(payload))
+    assert (row["project_id"], row["retention_days"]) == (42, 30)
+
+
+def test_python_message_with_custom_fingerprint_and_default():
+    result, _ = handle("python/0007_c_exception_message.envelope", "event")
+    [row] = result.events
+    assert row["title"] == "py capture_message hello"
+    assert row["level"] == "warning"
+    expected = hash_parts(["custom", "custom-fp", "message", "py capture_message hello"])
+    assert row["fingerprint"] == expected
+
+
+def test_python_logging_event_groups_by_logentry_template():
+    result, _ = handle("python/0013_f_stdlib_logging.envelope", "event")
+    [row] = result.events
+    assert row["title"] == "F stdlib critical dict-arg"  # formatted for people
+    assert row["fingerprint"] == hash_parts(["message", "F stdlib critical %(who)s"])
+    assert row["level"] == "fatal"
+
+
+def test_node_exception_event_row_with_float_timestamp():
+    result, _ = handle("node/0031_c_exception_message.envelope", "event")
+    [row] = result.events
+    assert row["title"] == "TypeError: node boom: x must not be zero"
+    assert row["culprit"] == "node_client in innerFail"
+    assert row["timestamp"] == 1795313374.182
+    assert row["platform"] == "node"
+
+
+def test_node_capture_message_typeless_exception_groups_by_message():
+    result, _ = handle("node/0032_c_exception_message.envelope", "event")
+    [row] = result.events
+    assert row["title"] == "node capture_message hello"
+    expected = hash_parts(["custom", "custom-fp", "message", "node capture_message hello"])
+    assert row["fingerprint"] == expected
+
+
+def test_node_unhandled_exception_is_fatal():
+    result, _ = handle("node/0035_c_unhandled_exception.envelope", "event")
+    assert result.events[0]["level"] == "fatal"
+    assert result.events[0]["culprit"] == "node_client in Timeout._onTimeout"
+
+
+def _by_id(rows):
+    return {r["span_id"]: r for r in rows}
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "root", "status"),
+    [
+        ("python/0009_d_transaction_2_spans.envelope", "transaction", "bd141c5409342695", ""),
+        ("node/0036_d_transaction_2_spans.envelope", "span", "88fe8244e1579c18", "ok"),
+        (
+            "node/0048_d_transaction_2_spans_static.envelope",
+            "transaction",
+            "bbf5ac8a4cfc95e6",
+            "ok",
+        ),
+    ],
+)
+def test_transaction_with_two_child_spans_gives_three_linked_rows(name, kind, root, status):
+    result, _ = handle(name, kind)
+    rows = _by_id(result.spans)
+    assert len(rows) == 3 and not result.events and result.event_id is None
+    assert rows[root]["is_segment"] is True and rows[root]["parent_span_id"] == ""
+    children = [r for sid, r in rows.items() if sid != root]
+    assert all(r["parent_span_id"] == root and r["is_segment"] is False for r in children)
+    assert {r["op"] for r in children} == {"db.query", "http.client"}
+    assert {r["description"] for r in children} == {
+        "SELECT * FROM carts",
+        "POST https://pay.example/charge",
+    }
+    assert rows[root]["op"] == "http.server"
+    assert len({r["trace_id"] for r in rows.values()}) == 1
+    for r in rows.values():
+        assert r["segment_id"] == root
+        assert r["segment_name"].startswith("GET /") and r["segment_name"].endswith("/checkout")
+        assert r["status"] == status
+        assert 0 < r["duration_us"] < 1_000_000
+        assert rows[root]["start_timestamp"] <= r["start_timestamp"]
+
+
+def test_python_span_data_and_tags_become_typed_attributes():
+    result, _ = handle("python/0009_d_transaction_2_spans.envelope", "transaction")
+    rows = _by_id(result.spans)
+    payment = rows["a1ef1433b618a265"]
+    assert payment["attr_string"]["payment"] == "card"
+    assert payment["attr_string"]["sentry.release"] == "demoapp-py@1.0.0"
+    assert orjson.loads(payment["attributes"])["thread.name"] == {
+        "value": "MainThread",
+        "type": "string",
+    }
+    assert rows["803a75504668188b"]["attr_string"]["db.system"] == "postgresql"
+    assert rows["bd141c5409342695"]["duration_us"] == 56104
+
+
+def test_node_span_v2_attributes_are_stored_exactly_and_typed():
+    result, payload = handle("node/0036_d_transaction_2_spans.envelope", "span")
+    sent = {s["span_id"]: s for s in orjson.loads(payload)["items"]}
+    for row in result.spans:
+        assert orjson.loads(row["attributes"]) == sent[row["span_id"]]["attributes"]
+    root = _by_id(result.spans)["88fe8244e1579c18"]
+    assert root["attr_int"]["sentry.sample_rate"] == 1
+    child = _by_id(result.spans)["a27023c3a5fa71d7"]
+    assert child["attr_bool"]["sentry.is_localhost"] is False
+    assert child["attr_string"]["db.system"] == "postgresql"
+    assert root["attr_string"]["sentry.op"] == "http.server"
+
+
+def test_store_body_is_an_event_item():
+    body = orjson.dumps({"message": "legacy store 7", "timestamp": 1795313374.5, "level": "info"})
+    result = handle_event(body, {"type": "event"}, ctx())
+    assert result.events[0]["title"] == "legacy store 7"
+    assert len(result.event_id) == 32  # none sent: the server assigns one
+
+
+def test_implausible_timestamp_gets_the_arrival_time():
+    future = RECEIVED.timestamp() + 86400
+    result = handle_event(orjson.dumps({"message": "m", "timestamp": future}), {}, ctx())
+    assert result.events[0]["timestamp"] == RECEIVED.timestamp()
+
+
+@pytest.mark.parametrize(
+    ("handler", "payload", "message"),
+    [
+        (handle_event, b"{nope", "not valid JSON"),
+        (handle_event, b"[1, 2]", "JSON object"),
+        (handle_event, b'{"event_id": "xyz"}', "event_id"),
+        (handle_transaction, b'{"transaction": "t"}', "contexts.trace"),
+        (
+            handle_transaction,
+            b'{"contexts": {"trace": {"trace_id": "a", "span_id": "b"}}, "spans": [{"op": "x"}]}',
+            "span_id",
+        ),
+        (handle_span, b'{"version": 2}', "items"),
+        (handle_span, b'{"version": 2, "items": [{"trace_id": "a"}]}', "span 0"),
+    ],
+)
+def test_malformed_payloads_are_refused_with_a_clear_error(handler, payload, message):
+    with pytest.raises(BadRequest, match=message):
+        handler(payload, {}, ctx())
