@@ -7,10 +7,11 @@ from typing import Any
 import falcon
 import orjson
 
-from errortrack.api import errors, health
+from errortrack.api import account, errors, health, projects, team, tokens
+from errortrack.api import ingest as ingest_api
 from errortrack.api.auth import Authentication
 from errortrack.api.middleware import DatabaseSessions
-from errortrack.api import ingest as ingest_api
+from errortrack.auth.throttle import LoginThrottle
 from errortrack.config import Settings
 from errortrack.ingest import runtime as ingest_runtime
 from errortrack.state import AppState
@@ -47,4 +48,22 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     store = ingest_api.Store(state.ingest.ingest, state.settings.max_body_bytes)
     app.add_route("/api/{project_id:int}/envelope", envelope)
     app.add_route("/api/{project_id:int}/store", store)
+
+    # Access: login sessions, team, invitations, projects, members, tokens (docs/API.md).
+    app.add_route("/auth/login", account.Login(state, LoginThrottle(state.clock)))
+    app.add_route("/auth/logout", account.Logout(state))
+    app.add_route("/auth/register", account.Register())
+    app.add_route("/auth/invitations/{token}", account.InvitationByToken(state))
+    app.add_route("/auth/invitations/{token}/accept", account.AcceptInvitation(state))
+    app.add_route("/api/me", account.Me())
+    app.add_route("/api/team", team.Team())
+    app.add_route("/api/team/{user_id:int}", team.TeamUser())
+    app.add_route("/api/invitations", team.Invitations(state))
+    app.add_route("/api/invitations/{invitation_id:int}", team.InvitationItem(state))
+    app.add_route("/api/projects", projects.Projects(state))
+    app.add_route("/api/projects/{project_id:int}", projects.ProjectItem(state))
+    app.add_route("/api/projects/{project_id:int}/members", projects.Members())
+    app.add_route("/api/projects/{project_id:int}/members/{user_id:int}", projects.Member())
+    app.add_route("/api/tokens", tokens.Tokens(state))
+    app.add_route("/api/tokens/{token_id:int}", tokens.TokenItem())
     return app

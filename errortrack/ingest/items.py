@@ -37,7 +37,10 @@ from collections.abc import Callable
 from typing import Any
 
 from errortrack.ingest import logs
+from errortrack.issues.events import handle_event
 from errortrack.spool.records import TABLES
+from errortrack.traces.spans_v2 import handle_span
+from errortrack.traces.transactions import handle_transaction
 
 __all__ = ["HANDLERS", "TABLES", "ItemContext", "ItemRows", "dispatch"]
 
@@ -71,6 +74,9 @@ Handler = Callable[[bytes, dict[str, Any], ItemContext], ItemRows]
 
 HANDLERS: dict[str, Handler] = {
     "log": logs.handle_log,
+    "event": handle_event,
+    "transaction": handle_transaction,
+    "span": handle_span,
 }
 
 

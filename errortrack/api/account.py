@@ -1,0 +1,141 @@
+"""Login, logout, "who am I", registration (refused) and accepting an invitation."""
+
+from __future__ import annotations
+
+import falcon
+
+from errortrack.api.auth import login_session, principal
+from errortrack.api.middleware import session
+from errortrack.api.schemas import api_doc, load
+from errortrack.api.schemas.access import (
+    AcceptIn,
+    InvitationPublicOut,
+    LoginIn,
+    MeOut,
+    SessionOut,
+)
+from errortrack.auth import sessions
+from errortrack.auth.login import login
+from errortrack.auth.throttle import LoginThrottle
+from errortrack.errors import Forbidden
+from errortrack.models import User
+from errortrack.state import AppState
+from errortrack.team import invitations
+
+
+def set_session_cookie(resp: falcon.Response, secret: str, *, secure: bool) -> None:
+    resp.set_cookie(
+        sessions.COOKIE_NAME,
+        secret,
+        max_age=int(sessions.LIFETIME.total_seconds()),
+        path="/",
+        secure=secure,
+        http_only=True,
+        same_site="Lax",
+    )
+
+
+def _session_answer(
+    resp: falcon.Response, state: AppState, user: User, new: sessions.NewSession
+) -> None:
+    set_session_cookie(resp, new.secret, secure=state.settings.public_url.startswith("https:"))
+    resp.media = SessionOut().dump({"user": user, "csrf_token": new.login.csrf_token})
+
+
+class Login:
+    def __init__(self, state: AppState, throttle: LoginThrottle) -> None:
+        self._state = state
+        self._throttle = throttle
+
+    @api_doc(
+        "Log in with email and password; sets the session cookie",
+        request=LoginIn,
+        response=SessionOut,
+        auth=False,
+        tags=("auth",),
+    )
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        body = load(req, LoginIn)
+        user, new = login(
+            session(req),
+            email=body["email"],
+            password=body["password"],
+            ip=req.remote_addr or "",
+            throttle=self._throttle,
+            now=self._state.clock(),
+        )
+        _session_answer(resp, self._state, user, new)
+
+
+class Logout:
+    def __init__(self, state: AppState) -> None:
+        self._secure = state.settings.public_url.startswith("https:")
+
+    @api_doc("End the current login session and clear its cookie", status=204, tags=("auth",))
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        current = login_session(req)
+        if current is not None:
+            sessions.end_session(session(req), current.id)
+        resp.unset_cookie(sessions.COOKIE_NAME, path="/")
+        resp.status = falcon.HTTP_204
+
+
+class Me:
+    @api_doc("The caller, how it authenticated, and its CSRF token", response=MeOut, tags=("auth",))
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        me = principal(req)
+        current = login_session(req)
+        user = session(req).get(User, me.user_id)
+        resp.media = MeOut().dump(
+            {"user": user, "auth": me.via, "csrf_token": current.csrf_token if current else None}
+        )
+
+
+class Register:
+    """Registration is invite-only: always 403, whatever the body."""
+
+    @api_doc(
+        "Always refused: accounts are created by accepting an invitation",
+        status=403,
+        auth=False,
+        tags=("auth",),
+    )
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        raise Forbidden("registration is invite-only; ask an admin for an invitation")
+
+
+class InvitationByToken:
+    def __init__(self, state: AppState) -> None:
+        self._state = state
+
+    @api_doc(
+        "What an invitation is for (email, role), while it can be accepted",
+        response=InvitationPublicOut,
+        auth=False,
+        tags=("auth",),
+    )
+    def on_get(self, req: falcon.Request, resp: falcon.Response, token: str) -> None:
+        found = invitations.find_usable(session(req), token, now=self._state.clock())
+        resp.media = InvitationPublicOut().dump(found)
+
+
+class AcceptInvitation:
+    def __init__(self, state: AppState) -> None:
+        self._state = state
+
+    @api_doc(
+        "Accept an invitation: set a password, create the account, log in",
+        request=AcceptIn,
+        response=SessionOut,
+        status=201,
+        auth=False,
+        tags=("auth",),
+    )
+    def on_post(self, req: falcon.Request, resp: falcon.Response, token: str) -> None:
+        body = load(req, AcceptIn)
+        db, now = session(req), self._state.clock()
+        user = invitations.accept_invitation(db, token=token, password=body["password"], now=now)
+        _session_answer(
+            resp, self._state, user, sessions.start_session(db, user_id=user.id, now=now)
+        )
+        resp.status = falcon.HTTP_201

@@ -1,0 +1,127 @@
+"""Schemas of the access endpoints: login, me, team, invitations, projects, members, tokens.
+
+``...In`` schemas validate request bodies (unknown fields are refused); ``...Out``
+schemas shape responses. Emails and names are checked again by the services, which are
+the single source of their rules; the schemas check types and enumerations.
+"""
+
+from __future__ import annotations
+
+from marshmallow import Schema, fields, validate
+
+from errortrack.models import GLOBAL_ROLES, PROJECT_ROLES
+
+_global_role = validate.OneOf(GLOBAL_ROLES)
+_project_role = validate.OneOf(PROJECT_ROLES)
+
+
+class UserOut(Schema):
+    id = fields.Int(required=True)
+    email = fields.Str(required=True)
+    role = fields.Str(required=True, metadata={"enum": list(GLOBAL_ROLES)})
+    is_primary = fields.Bool(required=True)
+    created_at = fields.DateTime(required=True)
+
+
+class LoginIn(Schema):
+    email = fields.Str(required=True)
+    password = fields.Str(required=True)
+
+
+class SessionOut(Schema):
+    """Answer of login and of accepting an invitation; the cookie is set alongside."""
+
+    user = fields.Nested(UserOut, required=True)
+    csrf_token = fields.Str(
+        required=True, metadata={"description": "Send as X-CSRF-Token on cookie writes"}
+    )
+
+
+class MeOut(Schema):
+    user = fields.Nested(UserOut, required=True)
+    auth = fields.Str(required=True, metadata={"enum": ["token", "session"]})
+    csrf_token = fields.Str(
+        allow_none=True, metadata={"description": "The session's CSRF token; null with a token"}
+    )
+
+
+class RoleIn(Schema):
+    role = fields.Str(required=True, validate=_global_role)
+
+
+class InvitationIn(Schema):
+    email = fields.Str(required=True)
+    role = fields.Str(required=True, validate=_global_role)
+
+
+class InvitationOut(Schema):
+    id = fields.Int(required=True)
+    email = fields.Str(required=True)
+    role = fields.Str(required=True)
+    token = fields.Str(required=True)
+    link = fields.Str(required=True, metadata={"description": "<public_url>/invite/<token>"})
+    created_by = fields.Int(allow_none=True)
+    created_at = fields.DateTime(required=True)
+    expires_at = fields.DateTime(required=True)
+
+
+class InvitationPublicOut(Schema):
+    """What the invite page may show before the password is set."""
+
+    email = fields.Str(required=True)
+    role = fields.Str(required=True)
+    expires_at = fields.DateTime(required=True)
+
+
+class AcceptIn(Schema):
+    password = fields.Str(required=True)
+
+
+class ProjectIn(Schema):
+    name = fields.Str(required=True)
+
+
+class ProjectPatchIn(Schema):
+    name = fields.Str()
+    retention_days = fields.Int(strict=True, allow_none=True)
+
+
+class ProjectOut(Schema):
+    id = fields.Int(required=True)
+    name = fields.Str(required=True)
+    retention_days = fields.Int(allow_none=True)
+    created_at = fields.DateTime(required=True)
+    dsn = fields.Str(allow_none=True, metadata={"description": "DSN for Sentry SDKs"})
+    role = fields.Str(required=True, metadata={"description": "The caller's effective role"})
+
+
+class MemberPutIn(Schema):
+    user_id = fields.Int(required=True, strict=True)
+    role = fields.Str(required=True, validate=_project_role)
+
+
+class MemberRoleIn(Schema):
+    role = fields.Str(required=True, validate=_project_role)
+
+
+class MemberOut(Schema):
+    user_id = fields.Int(required=True)
+    email = fields.Str(required=True)
+    role = fields.Str(required=True, metadata={"enum": list(PROJECT_ROLES)})
+    created_at = fields.DateTime(required=True)
+
+
+class TokenIn(Schema):
+    description = fields.Str(required=True)
+
+
+class TokenOut(Schema):
+    id = fields.Int(required=True)
+    description = fields.Str(required=True)
+    prefix = fields.Str(required=True, metadata={"description": "First characters of the token"})
+    created_at = fields.DateTime(required=True)
+    last_used_at = fields.DateTime(allow_none=True)
+
+
+class NewTokenOut(TokenOut):
+    token = fields.Str(required=True, metadata={"description": "The secret; shown only once"})

@@ -1,0 +1,87 @@
+"""Project records as the API shows them, and updating and deleting projects.
+
+Callers check ``require_project`` (or list with ``visible_project_roles``) first; these
+functions only read and write. A record carries the project's DSN (built from its
+first active key) and the caller's effective role on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from errortrack.auth.permissions import Principal, visible_project_roles
+from errortrack.errors import ValidationError
+from errortrack.models import Project, ProjectKey
+from errortrack.projects.service import active_key, dsn
+
+MAX_RETENTION_DAYS = 3650
+
+
+def record(session: Session, project: Project, *, role: str, public_url: str) -> dict[str, Any]:
+    key = active_key(session, project.id)
+    return {
+        "id": project.id,
+        "name": project.name,
+        "retention_days": project.retention_days,
+        "created_at": project.created_at,
+        "dsn": dsn(public_url, key.public_key, project.id) if key else None,
+        "role": role,
+    }
+
+
+def list_visible(
+    session: Session, principal: Principal, *, public_url: str
+) -> list[dict[str, Any]]:
+    roles = visible_project_roles(session, principal)
+    if not roles:
+        return []
+    projects = session.scalars(
+        sa.select(Project).where(Project.id.in_(list(roles))).order_by(Project.id)
+    ).all()
+    # One query for every key instead of one per project.
+    keys: dict[int, str] = {}
+    for key in session.scalars(
+        sa.select(ProjectKey)
+        .where(ProjectKey.project_id.in_(list(roles)), ProjectKey.is_active.is_(True))
+        .order_by(ProjectKey.id.desc())
+    ):
+        keys[key.project_id] = key.public_key  # descending: the first active key wins
+    return [
+        {
+            "id": p.id,
+            "name": p.name,
+            "retention_days": p.retention_days,
+            "created_at": p.created_at,
+            "dsn": dsn(public_url, keys[p.id], p.id) if p.id in keys else None,
+            "role": roles[p.id],
+        }
+        for p in projects
+    ]
+
+
+def update_project(session: Session, project: Project, changes: dict[str, Any]) -> Project:
+    """Apply ``name`` and/or ``retention_days`` (None: the instance default)."""
+    if "name" in changes:
+        name = (changes["name"] or "").strip()
+        if not name or len(name) > 200:
+            raise ValidationError("name must be 1 to 200 characters", field="name")
+        project.name = name
+    if "retention_days" in changes:
+        days = changes["retention_days"]
+        if days is not None and not 1 <= days <= MAX_RETENTION_DAYS:
+            raise ValidationError(
+                f"retention_days must be 1 to {MAX_RETENTION_DAYS} or null", field="retention_days"
+            )
+        project.retention_days = days
+    session.flush()
+    return project
+
+
+def delete_project(session: Session, project: Project) -> None:
+    # Keys, members and issues go with it (ON DELETE CASCADE). Its rows in ClickHouse stay
+    # until their retention drops them: they are unreachable without the project.
+    session.delete(project)
+    session.flush()

@@ -1,0 +1,113 @@
+"""Invitations: the only way in besides ``errortrack bootstrap``.
+
+A global admin invites an email with a global role. The invitation carries a random,
+single-use token, kept in clear because the link ``<public_url>/invite/<token>`` must be
+copyable again from the list of pending invitations (it is no credential for anything
+but creating that one account, and it dies after 48 hours). No email is sent.
+
+Accepting sets a password and creates the account with the invitation's email and role;
+the token then stops working. Expired, used and revoked tokens answer 410 Gone with a
+message saying which; an unknown token is 404.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from errortrack.auth.passwords import hash_password
+from errortrack.errors import Conflict, Gone, NotFound, ValidationError
+from errortrack.models import GLOBAL_ROLES, Invitation, User
+from errortrack.team.users import check_password, normalise_email
+
+LIFETIME = dt.timedelta(hours=48)
+
+
+def link(public_url: str, token: str) -> str:
+    return f"{public_url.rstrip('/')}/invite/{token}"
+
+
+def _pending(now: dt.datetime) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        Invitation.accepted_at.is_(None),
+        Invitation.revoked_at.is_(None),
+        Invitation.expires_at > now,
+    )
+
+
+def create_invitation(
+    session: Session, *, email: str, role: str, created_by: int | None, now: dt.datetime
+) -> Invitation:
+    email = normalise_email(email)
+    if role not in GLOBAL_ROLES:
+        raise ValidationError("role must be admin or member", field="role")
+    if session.scalar(sa.select(User.id).where(User.email == email)) is not None:
+        raise Conflict("a user with this email already exists", field="email")
+    if session.scalar(sa.select(Invitation.id).where(Invitation.email == email, _pending(now))):
+        raise Conflict("a pending invitation for this email exists; revoke it first", field="email")
+    invitation = Invitation(
+        email=email,
+        role=role,
+        token=secrets.token_urlsafe(32),
+        created_by=created_by,
+        created_at=now,
+        expires_at=now + LIFETIME,
+    )
+    session.add(invitation)
+    session.flush()
+    return invitation
+
+
+def list_pending(session: Session, *, now: dt.datetime) -> list[Invitation]:
+    return list(session.scalars(sa.select(Invitation).where(_pending(now)).order_by(Invitation.id)))
+
+
+def revoke_invitation(session: Session, *, invitation_id: int, now: dt.datetime) -> None:
+    invitation = session.get(Invitation, invitation_id)
+    if invitation is None:
+        raise NotFound("invitation not found")
+    _check_usable(invitation, now)
+    invitation.revoked_at = now
+    session.flush()
+
+
+def find_usable(
+    session: Session, token: str, *, now: dt.datetime, lock: bool = False
+) -> Invitation:
+    """The invitation behind ``token`` if it can still be accepted; else 404 or 410."""
+    query = sa.select(Invitation).where(Invitation.token == token)
+    invitation = session.scalar(query.with_for_update() if lock else query)
+    if invitation is None or not token:
+        raise NotFound("invitation not found")
+    _check_usable(invitation, now)
+    return invitation
+
+
+def accept_invitation(session: Session, *, token: str, password: str, now: dt.datetime) -> User:
+    # Lock the row so that two simultaneous accepts of one token cannot both succeed.
+    invitation = find_usable(session, token, now=now, lock=True)
+    check_password(password)
+    if session.scalar(sa.select(User.id).where(User.email == invitation.email)) is not None:
+        raise Conflict("a user with this email already exists", field="email")
+    user = User(
+        email=invitation.email,
+        password_hash=hash_password(password),
+        role=invitation.role,
+        created_at=now,
+    )
+    session.add(user)
+    invitation.accepted_at = now
+    session.flush()
+    return user
+
+
+def _check_usable(invitation: Invitation, now: dt.datetime) -> None:
+    if invitation.accepted_at is not None:
+        raise Gone("this invitation has already been used")
+    if invitation.revoked_at is not None:
+        raise Gone("this invitation has been revoked")
+    if invitation.expires_at <= now:
+        raise Gone("this invitation has expired; ask an admin for a new one")

@@ -1,0 +1,67 @@
+"""The team: list users, change a user's global role, remove a user.
+
+Rules (each a 409 Conflict): nobody removes themself, the primary user or the last
+remaining admin; the primary user is never demoted, nor is the last admin. Removing a
+user deletes their login sessions and API tokens in the same transaction (the foreign
+keys cascade too; the explicit deletes make it independent of that), and their project
+memberships. Invitations they sent stay, with ``created_by`` set to NULL.
+
+Callers check ``require_global_admin`` first; these functions enforce the team rules only.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from errortrack.auth.permissions import Principal
+from errortrack.errors import Conflict, NotFound, ValidationError
+from errortrack.models import GLOBAL_ROLES, ApiToken, LoginSession, ProjectMember, User
+
+
+def list_users(session: Session) -> list[User]:
+    return list(session.scalars(sa.select(User).order_by(User.id)))
+
+
+def get_user(session: Session, user_id: int, *, lock: bool = False) -> User:
+    query = sa.select(User).where(User.id == user_id)
+    user = session.scalar(query.with_for_update() if lock else query)
+    if user is None:
+        raise NotFound("user not found")
+    return user
+
+
+def _admin_count(session: Session) -> int:
+    # Locking the admins' rows serialises concurrent demotions/removals on Postgres, so two
+    # admins cannot each remove the other; SQLite serialises writers anyway.
+    ids = session.scalars(sa.select(User.id).where(User.role == "admin").with_for_update())
+    return len(list(ids))
+
+
+def change_role(session: Session, actor: Principal, *, user_id: int, role: str) -> User:
+    if role not in GLOBAL_ROLES:
+        raise ValidationError("role must be admin or member", field="role")
+    user = get_user(session, user_id, lock=True)
+    if user.role == role:
+        return user
+    if user.is_primary:
+        raise Conflict("the primary user cannot be demoted")
+    if user.role == "admin" and _admin_count(session) <= 1:
+        raise Conflict("the last remaining admin cannot be demoted")
+    user.role = role
+    session.flush()
+    return user
+
+
+def remove_user(session: Session, actor: Principal, *, user_id: int) -> None:
+    user = get_user(session, user_id, lock=True)
+    if user.id == actor.user_id:
+        raise Conflict("you cannot remove yourself")
+    if user.is_primary:
+        raise Conflict("the primary user cannot be removed")
+    if user.role == "admin" and _admin_count(session) <= 1:
+        raise Conflict("the last remaining admin cannot be removed")
+    for model in (LoginSession, ApiToken, ProjectMember):
+        session.execute(sa.delete(model).where(model.user_id == user.id))
+    session.delete(user)
+    session.flush()
