@@ -1,0 +1,81 @@
+"""Schemas of the storage endpoints: the usage report and the cleanup request/answer."""
+
+from __future__ import annotations
+
+from marshmallow import Schema, fields, validate
+
+from errortrack.storage.cleanup import MAX_DAYS
+
+TABLES = ("logs", "events", "spans")
+
+
+class FiguresOut(Schema):
+    rows = fields.Int(required=True)
+    bytes_on_disk = fields.Int(required=True)
+    compressed_bytes = fields.Int(required=True)
+    uncompressed_bytes = fields.Int(required=True)
+    oldest = fields.DateTime(allow_none=True, metadata={"description": "Oldest row (UTC)"})
+    newest = fields.DateTime(allow_none=True, metadata={"description": "Newest row (UTC)"})
+
+
+class TableOut(FiguresOut):
+    parts = fields.Int(required=True)
+    partitions = fields.Int(required=True, metadata={"description": "(day, retention) pairs"})
+
+
+def _per_table(schema: type[Schema]) -> type[Schema]:
+    return Schema.from_dict(
+        {t: fields.Nested(schema, required=True) for t in TABLES}, name=f"{schema.__name__}ByTable"
+    )
+
+
+class ProjectUsageOut(Schema):
+    project_id = fields.Int(required=True)
+    name = fields.Str(allow_none=True, metadata={"description": "null: project deleted"})
+    exists = fields.Bool(required=True)
+    retention_days = fields.Int(required=True, metadata={"description": "In effect for new data"})
+    retention_override = fields.Int(allow_none=True, metadata={"description": "null: default"})
+    tables = fields.Nested(_per_table(FiguresOut), required=True)
+    total = fields.Nested(FiguresOut, required=True)
+
+
+class RelationalOut(Schema):
+    backend = fields.Str(required=True, metadata={"enum": ["sqlite", "postgresql"]})
+    bytes = fields.Int(allow_none=True, metadata={"description": "null when not readable"})
+
+
+class RetentionOut(Schema):
+    default_days = fields.Int(required=True)
+    disk_cap_bytes = fields.Int(required=True, metadata={"description": "0: no cap"})
+
+
+class UsageOut(Schema):
+    tables = fields.Nested(_per_table(TableOut), required=True)
+    projects = fields.List(fields.Nested(ProjectUsageOut), required=True)
+    total = fields.Nested(FiguresOut, required=True)
+    relational = fields.Nested(RelationalOut, required=True)
+    retention = fields.Nested(RetentionOut, required=True)
+    estimates = fields.Str(required=True, metadata={"description": "What is estimated"})
+
+
+class CleanupIn(Schema):
+    older_than_days = fields.Int(
+        required=True, strict=True, validate=validate.Range(min=1, max=MAX_DAYS)
+    )
+    project_id = fields.Int(
+        load_default=None, allow_none=True, strict=True, validate=validate.Range(min=1)
+    )
+    dry_run = fields.Bool(load_default=False)
+
+
+_Counts = Schema.from_dict({t: fields.Int(required=True) for t in TABLES}, name="TableCounts")
+
+
+class CleanupOut(Schema):
+    cutoff = fields.DateTime(required=True, metadata={"description": "Rows older are removed"})
+    project_id = fields.Int(allow_none=True)
+    dry_run = fields.Bool(required=True)
+    removed = fields.Nested(_Counts, required=True, metadata={"description": "Rows per table"})
+    transactions = fields.Int(required=True, metadata={"description": "Root spans among spans"})
+    partitions_dropped = fields.Nested(_Counts, required=True)
+    issues_removed = fields.Int(required=True)

@@ -1,0 +1,120 @@
+"""The periodic retention pass on the real embedded stores, with an injected clock:
+expired partitions, the disk cap (oldest first, never today) and empty issues."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+import sqlalchemy as sa
+
+from errortrack import db
+from errortrack.models import Issue
+from errortrack.projects.service import create_project
+from errortrack.storage import retention, tables
+from tests import storage_rows as rows
+
+D = dt.timedelta(days=1)
+
+
+@pytest.fixture
+def today() -> dt.datetime:
+    # Rows are placed around real time so that ClickHouse's own TTL (real clock) keeps
+    # them; the pass itself is driven by the clock passed in.
+    return dt.datetime.now(dt.UTC).replace(hour=12, minute=0, second=0, microsecond=0)
+
+
+@pytest.fixture
+def sessions(engine):
+    return db.make_sessionmaker(engine)
+
+
+def _pass(sessions, store, now, cap=0):
+    with db.unit_of_work(sessions) as s:
+        return retention.run_pass(s, store, now=now, disk_cap_bytes=cap)
+
+
+def test_pass_drops_partitions_whose_retention_ran_out(clickhouse, sessions, today):
+    rows.add_all(clickhouse, 1, [today - 3 * D, today - 2 * D, today], retention=30)
+    rows.add_all(clickhouse, 1, [today - 3 * D], retention=60)
+    # A day's partition expires 30 days after the day's END (its newest possible row):
+    # the day 3 days back at midnight 28 days from today, not before.
+    assert _pass(sessions, clickhouse, today + 27 * D).expired == []
+    report = _pass(sessions, clickhouse, today + 28 * D)
+    # The day 3 days back with 30-day retention has expired in all three tables.
+    assert {(p.table, p.day, p.retention_days) for p in report.expired} == {
+        (t, (today - 3 * D).date(), 30) for t in tables.TABLES
+    }
+    assert rows.counts(clickhouse) == {"logs": 3, "events": 3, "spans": 3}
+    _pass(sessions, clickhouse, today + 32 * D)
+    assert rows.counts(clickhouse) == {"logs": 1, "events": 1, "spans": 1}  # the 60-day row
+
+
+def test_disk_cap_drops_the_oldest_days_first(clickhouse, sessions, today, caplog):
+    for back in range(5):
+        rows.add_all(clickhouse, 1, [today - back * D] * 50)
+    parts = tables.partitions(clickhouse)
+    size = {d: sum(p.bytes_on_disk for p in parts if p.day == d) for d in {p.day for p in parts}}
+    total = sum(size.values())
+    oldest = sorted(size)
+    # Room for everything but the two oldest days (and a byte less than with the second).
+    cap = total - size[oldest[0]] - size[oldest[1]]
+    with caplog.at_level("INFO", logger="errortrack.storage.retention"):
+        report = _pass(sessions, clickhouse, today, cap=cap)
+    assert {p.day for p in report.over_cap} == {oldest[0], oldest[1]}
+    assert report.bytes_after <= cap
+    assert sorted({p.day for p in tables.partitions(clickhouse)}) == oldest[2:]
+    assert "over disk cap" in caplog.text
+    # Under the cap now: the next pass leaves everything alone.
+    assert _pass(sessions, clickhouse, today, cap=cap).over_cap == []
+
+
+def test_disk_cap_never_drops_today(clickhouse, sessions, today):
+    rows.add_all(clickhouse, 1, [today - D, today])
+    report = _pass(sessions, clickhouse, today, cap=1)
+    assert {p.day for p in report.over_cap} == {(today - D).date()}
+    assert rows.counts(clickhouse) == {"logs": 1, "events": 1, "spans": 1}
+
+
+def test_pass_removes_issues_left_without_events(clickhouse, sessions, today):
+    with db.unit_of_work(sessions) as s:
+        pid = create_project(s, name="p").id
+        for name, seen in (("gone", today - 5 * D), ("kept", today - 5 * D), ("new", today)):
+            s.add(
+                Issue(project_id=pid, fingerprint=name, title=name, first_seen=seen, last_seen=seen)
+            )
+        s.flush()
+        kept = s.scalar(sa.select(Issue.id).where(Issue.fingerprint == "kept"))
+    rows.add_events(clickhouse, pid, [today - 5 * D], issue_id=kept)
+    assert _pass(sessions, clickhouse, today).issues_removed == 1
+    with sessions() as s:
+        # "new" has no event yet either, but it is within the grace period.
+        assert set(s.scalars(sa.select(Issue.fingerprint))) == {"kept", "new"}
+
+
+def test_job_runs_every_interval_survives_failures_and_stops():
+    calls: list[int] = []
+    ran_three = threading.Event()
+
+    def run():
+        calls.append(1)
+        if len(calls) >= 3:
+            ran_three.set()
+        if len(calls) == 1:
+            raise RuntimeError("store down")  # the loop must carry on
+
+    job = retention.RetentionJob(run, interval=0.01)
+    job.start()
+    assert ran_three.wait(5)
+    job.stop()
+    done = len(calls)
+    assert job.passes >= 3
+    threading.Event().wait(0.05)
+    assert len(calls) == done  # stopped means stopped
+
+
+def test_the_app_runs_the_retention_job_in_the_background(state, app):
+    jobs = [task for task in state.background if isinstance(task, retention.RetentionJob)]
+    assert len(jobs) == 1
+    assert jobs[0].interval == state.settings.retention_interval_seconds
