@@ -9,12 +9,14 @@ import orjson
 
 from errortrack.api import account, errors, health, projects, team, tokens
 from errortrack.api import ingest as ingest_api
+from errortrack.api import storage as storage_api
 from errortrack.api.auth import Authentication
 from errortrack.api.middleware import DatabaseSessions
 from errortrack.auth.throttle import LoginThrottle
 from errortrack.config import Settings
 from errortrack.ingest import runtime as ingest_runtime
 from errortrack.state import AppState
+from errortrack.storage import retention
 
 
 def _json_handler() -> falcon.media.JSONHandler:
@@ -66,4 +68,11 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     app.add_route("/api/projects/{project_id:int}/members/{user_id:int}", projects.Member())
     app.add_route("/api/tokens", tokens.Tokens(state))
     app.add_route("/api/tokens/{token_id:int}", tokens.TokenItem())
+
+    # Storage usage and cleanup (global admins), and the periodic retention pass
+    # (docs/RETENTION.md), started after fork with the rest of state.background.
+    app.add_route("/api/storage", storage_api.Storage(state))
+    app.add_route("/api/storage/cleanup", storage_api.StorageCleanup(state))
+    if not any(isinstance(task, retention.RetentionJob) for task in state.background):
+        state.background.append(retention.build_job(state))
     return app
