@@ -55,6 +55,7 @@ class Spool:
         self._written = 0  # records written
         self._synced = 0  # records known durable
         self._syncing = False
+        self.syncs = 0  # fdatasync calls, for tests and diagnostics
 
     # -- ownership ---------------------------------------------------------------------
     def open(self) -> None:
@@ -156,6 +157,7 @@ class Spool:
             try:
                 if seg is not None:
                     os.fdatasync(seg.fd)
+                    self.syncs += 1
             finally:
                 self._cond.acquire()
                 self._syncing = False

@@ -1,0 +1,109 @@
+"""log items -> logs rows (ARCHITECTURE.md "Logs")."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import orjson
+import pytest
+
+from errortrack.errors import BadRequest
+from errortrack.ingest.items import ItemContext, dispatch
+
+CTX = ItemContext(7, dt.datetime(2026, 11, 1, 12, tzinfo=dt.UTC), 30, {})
+TRACE = "e5b61031519245ccaea3fd1be4e59ce7"
+
+
+def rows(*logs):
+    return dispatch(
+        "log", orjson.dumps({"version": 2, "items": list(logs)}), {"type": "log"}, CTX
+    ).logs
+
+
+@pytest.mark.parametrize(
+    ("level", "number"),
+    [
+        ("trace", 1),
+        ("debug", 5),
+        ("info", 9),
+        ("warn", 13),
+        ("error", 17),
+        ("fatal", 21),
+        ("warning", None),
+        ("NOTICE", None),
+    ],
+)
+def test_severity_number_is_derived_from_level_as_sent(level, number):
+    (row,) = rows({"timestamp": 1.5, "level": level, "body": "b", "trace_id": TRACE})
+    assert (row["level"], row["severity_number"]) == (level, number)
+
+
+def test_trace_and_span_only_inside_a_span():
+    outside, python, node = rows(
+        {"level": "info", "body": "o", "trace_id": TRACE, "timestamp": 1},
+        {
+            "level": "info",
+            "body": "p",
+            "trace_id": TRACE,
+            "span_id": "96af6e9076d708e9",
+            "timestamp": 1,
+        },
+        {
+            "level": "info",
+            "body": "n",
+            "trace_id": TRACE,
+            "timestamp": 1,
+            "attributes": {
+                "sentry.trace.parent_span_id": {"value": "a17ad1e8085dc132", "type": "string"}
+            },
+        },
+    )
+    assert (outside["trace_id"], outside["span_id"]) == ("", "")
+    assert (python["trace_id"], python["span_id"]) == (TRACE, "96af6e9076d708e9")
+    assert (node["trace_id"], node["span_id"]) == (TRACE, "a17ad1e8085dc132")
+
+
+def test_attributes_exact_and_typed_maps():
+    attrs = {
+        "s": {"value": "x", "type": "string"},
+        "i": {"value": 3, "type": "integer"},
+        "istr": {"value": "9007199254740993", "type": "integer"},
+        "d": {"value": 2.0, "type": "double", "unit": "ms"},
+        "b": {"value": False, "type": "boolean"},
+        "a": {"value": ["x", 1, True], "type": "array"},
+        "bad": {"value": "seven", "type": "integer"},
+    }
+    (row,) = rows({"level": "info", "body": "b", "timestamp": 1, "attributes": attrs})
+    assert row["attributes"] == orjson.dumps(attrs).decode()
+    assert orjson.loads(row["attributes"])["istr"]["value"] == "9007199254740993"
+    assert row["attr_string"] == {"s": "x", "a": '["x",1,true]'}
+    assert row["attr_int"] == {"i": 3, "istr": 9007199254740993}
+    assert row["attr_float"] == {"d": 2.0}
+    assert row["attr_bool"] == {"b": False}
+
+
+def test_times_ids_and_retention():
+    a, b = rows(
+        {"level": "info", "body": "x", "timestamp": 1795313283.1752334},
+        {"level": "info", "body": "y"},
+    )
+    assert a["timestamp"] == 1795313283.1752334
+    assert b["timestamp"] == CTX.received_at.timestamp()  # missing: the server's time
+    assert a["ingested_at"] == CTX.received_at.timestamp()
+    assert a["id"] != b["id"] and len(a["id"]) == 36
+    assert (a["project_id"], a["retention_days"]) == (7, 30)
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"{", "not valid JSON"),
+        (b"[]", "must be an object"),
+        (b'{"items":[3]}', "log 0 is not a JSON object"),
+        (b'{"items":[{"attributes":[]}]}', "attributes must be an object"),
+    ],
+)
+def test_malformed_log_items(payload, message):
+    with pytest.raises(BadRequest) as info:
+        dispatch("log", payload, {"type": "log"}, CTX)
+    assert message in info.value.message

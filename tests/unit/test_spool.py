@@ -1,0 +1,139 @@
+"""The spool on a real disk: records, group fsync, sealing, torn tails, orphan adoption."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from errortrack.errors import Unavailable
+from errortrack.spool import records
+from errortrack.spool.segments import Spool
+from errortrack.spool.writer import Writer
+
+
+def _spool(root: Path, **kw) -> Spool:
+    spool = Spool(root, max_bytes=kw.pop("max_bytes", 10**9), batch_rows=kw.pop("batch_rows", 1000))
+    spool.open()
+    return spool
+
+
+def test_records_round_trip_and_stop_at_a_torn_tail():
+    one = records.encode({"logs": b'{"a":1}\n', "events": b'{"e":1}\n'})
+    two = records.encode({"logs": b'{"a":2}\n', "spans": b""})
+    tables, intact = records.decode(one + two + two[:-3])
+    assert tables == {"logs": b'{"a":1}\n{"a":2}\n', "events": b'{"e":1}\n'}
+    assert intact == len(one) + len(two)
+    flipped = bytearray(one)
+    flipped[-2] ^= 0xFF
+    assert records.decode(bytes(flipped)) == ({}, 0)
+
+
+def test_concurrent_appends_share_fsyncs(tmp_path):
+    spool = _spool(tmp_path)
+    barrier = threading.Barrier(16)
+
+    def send(i: int) -> None:
+        barrier.wait()
+        for j in range(20):
+            spool.append({"logs": f'{{"n":{i * 100 + j}}}\n'.encode()}, 1)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert 0 < spool.syncs < 320  # fewer fsyncs than appends
+    spool.seal()
+    (path,) = list(spool._sealed)
+    tables, _ = records.decode(path.read_bytes())
+    assert sorted(tables["logs"].splitlines()) == sorted(
+        f'{{"n":{i * 100 + j}}}'.encode() for i in range(16) for j in range(20)
+    )
+
+
+def test_segment_seals_at_batch_rows_and_writer_deletes_after_insert(tmp_path):
+    spool = _spool(tmp_path, batch_rows=3)
+    inserted = []
+    writer = Writer(spool, lambda table, data, token: inserted.append((table, data, token)))
+    for i in range(4):
+        spool.append({"logs": b'{"i":%d}\n' % i}, 1)
+    assert spool.pending() == 2  # one sealed (3 rows), one open (1 row)
+    writer.drain()
+    assert [d.count(b"\n") for _, d, _ in inserted] == [3, 1]
+    assert len({t for _, _, t in inserted}) == 2
+    assert list(spool.dir.glob("*.seg")) == [] and spool.size == 0
+
+
+def test_failed_insert_keeps_the_segment(tmp_path):
+    spool = _spool(tmp_path)
+
+    def broken(table, data, token):
+        raise ConnectionError("clickhouse down")
+
+    writer = Writer(spool, broken)
+    spool.append({"logs": b'{"i":1}\n'}, 1)
+    with pytest.raises(ConnectionError):
+        writer.drain()
+    assert len(list(spool.dir.glob("*.seg"))) == 1 and spool.pending() == 1
+
+
+def test_hook_failure_counts_as_a_failed_insert(tmp_path):
+    spool = _spool(tmp_path)
+    seen = []
+
+    def hook(rows, token):
+        raise RuntimeError("relational store down")
+
+    writer = Writer(spool, lambda *a: seen.append(a), hooks={"events": hook})
+    spool.append({"logs": b'{"i":1}\n', "events": b'{"e":1}\n'}, 2)
+    with pytest.raises(RuntimeError):
+        writer.drain()
+    assert spool.pending() == 1
+    writer.hooks["events"] = lambda rows, token: [{**r, "issue_id": 7} for r in rows]
+    writer.drain()
+    assert seen[-1][0] == "events" and seen[-1][1] == b'{"e":1,"issue_id":7}\n'
+    assert seen[-1][2].endswith(":events")
+
+
+def test_over_the_cap_is_503(tmp_path):
+    spool = _spool(tmp_path, max_bytes=100)
+    spool.append({"logs": b"x" * 200}, 1)
+    with pytest.raises(Unavailable) as info:
+        spool.append({"logs": b"y"}, 1)
+    assert info.value.status == 503 and info.value.headers()["Retry-After"]
+
+
+def test_a_new_process_adopts_orphans_but_not_live_directories(tmp_path):
+    # A live owner in another process keeps its directory.
+    live = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom pathlib import Path\nfrom errortrack.spool.segments import Spool\n"
+            "s = Spool(Path(sys.argv[1]), max_bytes=10**9, batch_rows=10); s.open()\n"
+            "s.append({'logs': b'{\"l\":1}\\n'}, 1); s.seal(); print(s.dir.name, flush=True); time.sleep(60)",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        live_dir = tmp_path / live.stdout.readline().strip()
+        dead = _spool(tmp_path)
+        dead.append({"logs": b'{"d":1}\n'}, 1)
+        dead.seal()
+        dead.close()  # as if its process were gone: lock released, segment left behind
+        new = _spool(tmp_path)
+        names = [p.parent for p in new._sealed]
+        assert names == [new.dir]  # the dead one's segment, moved in
+        assert not dead.dir.exists()
+        assert len(list(live_dir.glob("*.seg"))) == 1
+    finally:
+        live.kill()
+        live.wait()
+    newest = _spool(tmp_path)
+    assert len(newest._sealed) == 1  # the live one died: now adopted too
