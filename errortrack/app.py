@@ -15,6 +15,7 @@ from errortrack.api.middleware import DatabaseSessions
 from errortrack.auth.throttle import LoginThrottle
 from errortrack.config import Settings
 from errortrack.ingest import runtime as ingest_runtime
+from errortrack.issues.grouping import GroupingHook
 from errortrack.state import AppState
 from errortrack.storage import retention
 
@@ -44,7 +45,9 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
 
     # SDK ingest (docs/INGEST.md). Routes without the trailing slash: Falcon strips it.
     if state.ingest is None:
-        state.ingest = ingest_runtime.build(state)
+        # The events hook groups each batch into issues in the writer thread.
+        grouping = GroupingHook(state.sessions, clock=state.clock)
+        state.ingest = ingest_runtime.build(state, hooks={"events": grouping})
         state.background.append(state.ingest)
     envelope = ingest_api.Envelope(state.ingest.ingest, state.settings.max_body_bytes)
     store = ingest_api.Store(state.ingest.ingest, state.settings.max_body_bytes)
