@@ -1,0 +1,120 @@
+"""Real SDK envelopes through the HTTP ingest, the spool, the writer and its grouping hook,
+into chDB (events, spans) and the relational store (issues)."""
+
+from pathlib import Path
+
+import falcon.testing
+import pytest
+import sqlalchemy as sa
+
+from errortrack.app import create_app
+from errortrack.models import Issue
+from tests.ingest_support import make_project, sentry_auth
+
+FIXTURES = Path("/work/shared/fixtures/sdk-envelopes")
+ERRORS = [
+    "python/0006_c_exception_message.envelope",
+    "python/0007_c_exception_message.envelope",
+    "node/0031_c_exception_message.envelope",
+    "node/0032_c_exception_message.envelope",
+    "node/0035_c_unhandled_exception.envelope",
+]
+TRACES = [
+    "python/0009_d_transaction_2_spans.envelope",
+    "node/0036_d_transaction_2_spans.envelope",
+    "node/0048_d_transaction_2_spans_static.envelope",
+]
+
+
+@pytest.fixture
+def project(state):
+    with state.sessions() as session:
+        return make_project(session)
+
+
+@pytest.fixture
+def client(state):
+    client = falcon.testing.TestClient(create_app(state=state))
+    yield client
+    state.ingest.writer.spool.close()
+
+
+def post(client, project_id, key, name):
+    body = (FIXTURES / name).read_bytes()
+    resp = client.simulate_post(f"/api/{project_id}/envelope/", body=body, headers=sentry_auth(key))
+    assert resp.status_code == 200, resp.text
+    return resp.json
+
+
+def issues(state, project_id):
+    with state.sessions() as session:
+        rows = session.scalars(sa.select(Issue).where(Issue.project_id == project_id))
+        return {i.title: i for i in rows}
+
+
+def test_error_events_are_stored_and_grouped(state, client, project, clickhouse):
+    pid, key = project
+    answers = [post(client, pid, key, name) for name in [*ERRORS, ERRORS[0]]]
+    assert answers[0] == {"id": "aacf9e42aa114d73accfed70a6848b69"}
+    state.ingest.writer.drain()
+    found = issues(state, pid)
+    assert {t: i.event_count for t, i in found.items()} == {
+        "ZeroDivisionError: division by zero": 2,
+        "py capture_message hello": 1,
+        "TypeError: node boom: x must not be zero": 1,
+        "node capture_message hello": 1,
+        "RangeError: unhandled boom from node": 1,
+    }
+    rows = clickhouse.query_rows(
+        "SELECT issue_id, title, culprit, level, platform, trace_id, length(payload) > 0 "
+        "FROM events WHERE project_id = {p:UInt64}",
+        parameters={"p": pid},
+    )
+    assert len(rows) == 6
+    for issue_id, title, culprit, level, platform, trace_id, has_payload in rows:
+        issue = found[title]
+        assert issue_id == issue.id and culprit == issue.culprit and level == issue.level
+        assert platform in {"python", "node"} and len(trace_id) == 32 and has_payload
+
+
+def test_transactions_and_spans_are_stored_with_parent_links(state, client, project, clickhouse):
+    pid, key = project
+    for name in TRACES:
+        post(client, pid, key, name)
+    state.ingest.writer.drain()
+    rows = clickhouse.query_rows(
+        "SELECT trace_id, span_id, parent_span_id, segment_id, is_segment, op, duration_us "
+        "FROM spans WHERE project_id = {p:UInt64}",
+        parameters={"p": pid},
+    )
+    assert len(rows) == 9
+    by_trace: dict[str, list] = {}
+    for row in rows:
+        by_trace.setdefault(row[0], []).append(row)
+    assert len(by_trace) == 3
+    for spans in by_trace.values():
+        [root] = [s for s in spans if s[4]]
+        children = [s for s in spans if not s[4]]
+        assert root[2] == "" and root[5] == "http.server"
+        assert [c[2] for c in children] == [root[1], root[1]]
+        assert {c[5] for c in children} == {"db.query", "http.client"}
+        assert {s[3] for s in spans} == {root[1]}
+        assert all(s[6] > 0 for s in spans)
+
+
+def test_a_replayed_segment_is_counted_and_stored_once(state, client, project, clickhouse):
+    pid, key = project
+    post(client, pid, key, ERRORS[0])
+    writer = state.ingest.writer
+    writer.spool.seal()
+    path = writer.spool.next_sealed(0)
+    # The writer died after inserting but before deleting the segment: it is written again.
+    writer.write_segment(path)
+    writer.write_segment(path)
+    writer.spool.done(path)
+    [issue] = issues(state, pid).values()
+    assert issue.event_count == 1
+    [(count,)] = clickhouse.query_rows(
+        "SELECT count() FROM events WHERE project_id = {p:UInt64}", parameters={"p": pid}
+    )
+    assert count == 1
