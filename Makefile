@@ -33,8 +33,11 @@ lint: $(VENV)/.dev ## ruff (lint and format check) and mypy
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+permissions: $(VENV)/.dev ## Regenerate docs/permissions.md from the permission table (tests/access_matrix.py)
+	$(BIN)/python -m tests.access_matrix
+
 format: $(VENV)/.dev ## Apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-.PHONY: help run install-dev test lint format
+.PHONY: help run install-dev test lint format permissions

@@ -256,5 +256,14 @@ def _run_gunicorn(options: dict[str, Any]) -> None:
     _Server().run()
 
 
+def _register_subcommands() -> None:
+    from errortrack.auth.cli import token
+
+    main.add_command(token)
+
+
+_register_subcommands()
+
+
 if __name__ == "__main__":
     main()

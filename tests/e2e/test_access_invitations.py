@@ -1,0 +1,159 @@
+"""Invitations: link, pending list, 48 h expiry (injected clock), single use, revoke, accept."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.access_world import PASSWORD, build_world
+
+
+@pytest.fixture
+def world(state, client):
+    return build_world(state, client)
+
+
+def _invite(world, email="new@example.com", role="member"):
+    resp = world.call("admin", "POST", "/api/invitations", {"email": email, "role": role})
+    assert resp.status_code == 201, resp.text
+    return resp.json
+
+
+def _accept(world, token, password=PASSWORD):
+    return world.client.simulate_post(
+        f"/auth/invitations/{token}/accept", json={"password": password}
+    )
+
+
+def test_invitation_holds_token_and_link_and_is_listed_until_accepted(world, state, clock):
+    inv = _invite(world, "New.Person@Example.com", "admin")
+    assert inv["email"] == "new.person@example.com"
+    assert inv["role"] == "admin"
+    assert len(inv["token"]) >= 40
+    assert inv["link"] == f"{state.settings.public_url}/invite/{inv['token']}"
+    assert inv["created_by"] == world.users["admin"]
+    assert inv["expires_at"] == "2026-11-03T12:00:00+00:00"  # created at the clock + 48 h
+    pending = world.call("primary", "GET", "/api/invitations").json
+    assert [(p["id"], p["link"]) for p in pending] == [(inv["id"], inv["link"])]
+    info = world.client.simulate_get(f"/auth/invitations/{inv['token']}")
+    assert info.json == {
+        "email": "new.person@example.com",
+        "role": "admin",
+        "expires_at": inv["expires_at"],
+    }
+    assert _accept(world, inv["token"]).status_code == 201
+    assert world.call("primary", "GET", "/api/invitations").json == []
+
+
+@pytest.mark.parametrize("role", ["admin", "member"])
+def test_accepting_creates_the_account_with_the_invited_role_and_logs_in(world, role):
+    inv = _invite(world, f"{role}-invitee@example.com", role)
+    resp = _accept(world, inv["token"])
+    assert resp.status_code == 201, resp.text
+    assert resp.json["user"]["email"] == f"{role}-invitee@example.com"
+    assert resp.json["user"]["role"] == role
+    assert resp.json["user"]["is_primary"] is False
+    cookie = resp.cookies["errortrack_session"]
+    assert cookie.http_only
+    me = world.client.simulate_get("/api/me", cookies={"errortrack_session": cookie.value})
+    assert me.status_code == 200
+    assert me.json["user"]["role"] == role
+    assert me.json["auth"] == "session"
+    assert me.json["csrf_token"] == resp.json["csrf_token"]
+    # And the password works for a normal login.
+    login = world.client.simulate_post(
+        "/auth/login", json={"email": f"{role}-invitee@example.com", "password": PASSWORD}
+    )
+    assert login.status_code == 200
+
+
+def test_token_is_single_use(world):
+    inv = _invite(world)
+    assert _accept(world, inv["token"]).status_code == 201
+    again = _accept(world, inv["token"], "another password")
+    assert again.status_code == 410
+    assert again.json["error"]["code"] == "gone"
+    assert "already been used" in again.json["error"]["message"]
+    assert world.client.simulate_get(f"/auth/invitations/{inv['token']}").status_code == 410
+
+
+def test_token_expires_after_48_hours(world, clock):
+    inv = _invite(world)
+    clock.advance(hours=47, minutes=59)
+    assert world.client.simulate_get(f"/auth/invitations/{inv['token']}").status_code == 200
+    clock.advance(minutes=1)
+    resp = _accept(world, inv["token"])
+    assert resp.status_code == 410
+    assert "expired" in resp.json["error"]["message"]
+    assert world.call("admin", "GET", "/api/invitations").json == []
+    # Nothing was created.
+    assert "new@example.com" not in [
+        u["email"] for u in world.call("admin", "GET", "/api/team").json
+    ]
+
+
+def test_revoked_invitation_no_longer_works(world):
+    inv = _invite(world)
+    assert world.call("primary", "DELETE", f"/api/invitations/{inv['id']}").status_code == 204
+    resp = _accept(world, inv["token"])
+    assert resp.status_code == 410
+    assert "revoked" in resp.json["error"]["message"]
+    assert world.call("admin", "GET", "/api/invitations").json == []
+    # Revoking twice, or an unknown one.
+    assert world.call("primary", "DELETE", f"/api/invitations/{inv['id']}").status_code == 410
+    assert world.call("primary", "DELETE", "/api/invitations/999999").status_code == 404
+
+
+def test_unknown_token_is_404(world):
+    assert _accept(world, "no-such-token").status_code == 404
+    assert world.client.simulate_get("/auth/invitations/no-such-token").status_code == 404
+
+
+def test_short_password_is_400_and_keeps_the_invitation(world):
+    inv = _invite(world)
+    resp = _accept(world, inv["token"], "short")
+    assert resp.status_code == 400
+    assert resp.json["error"]["field"] == "password"
+    assert _accept(world, inv["token"]).status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"email": "not-an-email", "role": "member"}, "email"),
+        ({"email": "a@example.com", "role": "owner"}, "role"),
+        ({"role": "member"}, "email"),
+        ({"email": "a@example.com"}, "role"),
+        ({"email": ["a@example.com"], "role": "member"}, "email"),
+    ],
+)
+def test_invalid_invitation_is_400_with_field(world, body, field):
+    resp = world.call("admin", "POST", "/api/invitations", body)
+    assert resp.status_code == 400, resp.text
+    assert resp.json["error"]["field"] == field
+    assert world.call("admin", "GET", "/api/invitations").json == []
+
+
+def test_inviting_an_existing_user_or_a_pending_email_is_409(world):
+    resp = world.call(
+        "admin", "POST", "/api/invitations", {"email": "Viewer@example.com", "role": "member"}
+    )
+    assert resp.status_code == 409
+    assert resp.json["error"]["field"] == "email"
+    _invite(world, "twice@example.com")
+    assert (
+        world.call(
+            "admin", "POST", "/api/invitations", {"email": "twice@example.com", "role": "member"}
+        ).status_code
+        == 409
+    )
+
+
+def test_a_revoked_or_expired_email_can_be_invited_again(world, clock):
+    first = _invite(world, "again@example.com")
+    world.call("admin", "DELETE", f"/api/invitations/{first['id']}")
+    second = _invite(world, "again@example.com")
+    clock.advance(hours=49)
+    third = _invite(world, "again@example.com")
+    assert len({first["token"], second["token"], third["token"]}) == 3
+    assert _accept(world, second["token"]).status_code == 410
+    assert _accept(world, third["token"]).status_code == 201
