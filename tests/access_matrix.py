@@ -248,6 +248,18 @@ ROWS: list[Row] = [
         ),
         "someone else's token",
     ),
+    # Storage (issue 7): global admins only; the cleanup row is a dry run (deletes nothing).
+    Row(
+        "GET /api/storage",
+        "401 401 200 200 403 403 403 403",
+        lambda w, c: ("GET", "/api/storage", None),
+    ),
+    Row(
+        "POST /api/storage/cleanup",
+        "401 401 200 200 403 403 403 403",
+        lambda w, c: ("POST", "/api/storage/cleanup", {"older_than_days": 30, "dry_run": True}),
+        "dry run",
+    ),
 ]
 
 
