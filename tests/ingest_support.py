@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import os
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 from typing import Any
 
 import brotli
@@ -50,3 +54,49 @@ def log_envelope(
 
 def sentry_auth(key: str) -> dict[str, str]:
     return {"X-Sentry-Auth": f"Sentry sentry_key={key}, sentry_version=7, sentry_client=test/1.0"}
+
+
+def create_project_in(database_url: str, name: str = "e2e") -> tuple[int, str]:
+    """A project with its key, written straight into a server's relational store."""
+    from errortrack import db
+
+    engine = db.make_engine(database_url)
+    try:
+        with db.make_sessionmaker(engine)() as session:
+            return make_project(session, name)
+    finally:
+        engine.dispose()
+
+
+_READ = """
+import sys, clickhouse_connect
+client = clickhouse_connect.get_client(dsn="chdb://" + sys.argv[1], database="errortrack")
+sys.stdout.buffer.write(client.raw_query(sys.argv[2] + " FORMAT JSONEachRow"))
+"""
+
+
+def query_data_dir(data_dir: Path, sql: str) -> list[dict[str, Any]]:
+    """Rows from the embedded ClickHouse of a STOPPED server (chDB allows one process per
+    data dir, and this test process already has its own engine open)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _READ, str((data_dir / "clickhouse").resolve()), sql],
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "TZ": "UTC"},
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    return [orjson.loads(line) for line in done.stdout.splitlines()]
+
+
+LOG_COLUMNS = (
+    "body, level, severity_number, trace_id, span_id, attributes, retention_days, "
+    "toUnixTimestamp64Micro(timestamp) AS ts_us, toUnixTimestamp64Micro(ingested_at) AS ingested_us, "
+    "toString(id) AS id, attr_string, attr_int, attr_float, attr_bool"
+)
+
+
+def stored_logs(data_dir: Path, project_id: int) -> list[dict[str, Any]]:
+    return query_data_dir(
+        data_dir,
+        f"SELECT {LOG_COLUMNS} FROM logs WHERE project_id = {int(project_id)} ORDER BY timestamp",
+    )
