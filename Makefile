@@ -25,7 +25,12 @@ run: $(BIN)/errortrack ## Create the virtualenv, install, and serve on http://$(
 
 install-dev: $(VENV)/.dev ## Install the package with the dev and openapi extras
 
-test: $(VENV)/.dev ## Run the whole test suite (set ERRORTRACK_TEST_DATABASE_URL for Postgres)
+# @sentry/node for the Node end-to-end test, pinned by package-lock.json.
+tests/e2e/node/node_modules: tests/e2e/node/package-lock.json
+	npm ci --prefix tests/e2e/node --no-audit --no-fund
+	@touch $@
+
+test: $(VENV)/.dev tests/e2e/node/node_modules ## Run the whole test suite (set ERRORTRACK_TEST_DATABASE_URL for Postgres)
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.dev ## ruff (lint and format check) and mypy

@@ -28,8 +28,13 @@ class IngestRuntime:
 
 
 def build(
-    state: AppState, *, insert: Insert | None = None, hooks: Mapping[str, Hook] | None = None
+    state: AppState,
+    *,
+    insert: Insert | None = None,
+    hooks: Mapping[str, Hook] | None = None,
+    backoff: tuple[float, float] = (0.2, 5.0),
 ) -> IngestRuntime:
+    """``insert`` replaces the ClickHouse insert (tests inject failures with it)."""
     settings = state.settings
     spool = Spool(
         settings.spool_dir,
@@ -49,5 +54,6 @@ def build(
         insert or clickhouse_insert(state.clickhouse),
         max_age=settings.writer_max_age_ms / 1000,
         hooks=hooks,
+        backoff=backoff,
     )
     return IngestRuntime(ingest, writer)
