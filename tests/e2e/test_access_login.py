@@ -1,0 +1,212 @@
+"""Login sessions: cookie flags, CSRF on cookie writes, logout, expiry, no email oracle,
+throttling of repeated failures, and registration being refused."""
+
+from __future__ import annotations
+
+import time
+
+import falcon.testing
+import pytest
+
+from errortrack.app import create_app
+from errortrack.auth.sessions import LIFETIME
+from errortrack.state import AppState
+from tests.access_world import PASSWORD, build_world
+
+COOKIE = "errortrack_session"
+
+
+@pytest.fixture
+def world(state, client):
+    return build_world(state, client)
+
+
+def _login(client, email="viewer@example.com", password=PASSWORD, **kwargs):
+    return client.simulate_post(
+        "/auth/login", json={"email": email, "password": password}, **kwargs
+    )
+
+
+def _session(world, email="viewer@example.com"):
+    resp = _login(world.client, email)
+    assert resp.status_code == 200, resp.text
+    return resp.cookies[COOKIE].value, resp.json["csrf_token"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [None, {}, {"email": "x@example.com", "password": "long enough password"}, {"invite": "x"}],
+)
+def test_register_is_always_403(world, body):
+    resp = world.client.simulate_post("/auth/register", json=body)
+    assert resp.status_code == 403
+    assert resp.json["error"]["code"] == "forbidden"
+    assert "invite" in resp.json["error"]["message"]
+    resp = world.call("primary", "POST", "/auth/register", body)
+    assert resp.status_code == 403
+
+
+def test_login_sets_an_httponly_samesite_cookie_and_returns_the_csrf_token(world):
+    resp = _login(world.client, "  Viewer@Example.com ")
+    assert resp.status_code == 200
+    assert resp.json["user"]["email"] == "viewer@example.com"
+    cookie = resp.cookies[COOKIE]
+    assert cookie.http_only
+    assert cookie.same_site.lower() == "lax"
+    assert not cookie.secure  # public_url is http:// in tests
+    assert cookie.path == "/"
+    assert cookie.max_age == int(LIFETIME.total_seconds())
+    me = world.client.simulate_get("/api/me", cookies={COOKIE: cookie.value})
+    assert me.json["csrf_token"] == resp.json["csrf_token"]
+
+
+def test_cookie_is_secure_when_the_public_url_is_https(state, world):
+    import dataclasses
+
+    https = dataclasses.replace(state.settings, public_url="https://errors.example.com")
+    other = AppState.build(
+        https, engine=state.engine, clickhouse=state.clickhouse, clock=state.clock
+    )
+    client = falcon.testing.TestClient(create_app(state=other))
+    assert _login(client).cookies[COOKIE].secure
+
+
+def test_cookie_write_needs_the_csrf_header(world):
+    cookie, csrf = _session(world, "padmin@example.com")
+    path = f"/api/projects/{world.project_id}"
+    jar = {COOKIE: cookie}
+    # Reads need no header.
+    assert world.client.simulate_get(path, cookies=jar).status_code == 200
+    # Writes without it, or with a wrong one, are refused and change nothing.
+    resp = world.client.simulate_patch(path, cookies=jar, json={"name": "csrf attack"})
+    assert resp.status_code == 403
+    assert "X-CSRF-Token" in resp.json["error"]["message"]
+    bad = {"X-CSRF-Token": "not-the-token"}
+    assert (
+        world.client.simulate_patch(path, cookies=jar, json={"name": "x"}, headers=bad).status_code
+        == 403
+    )
+    assert world.client.simulate_get(path, cookies=jar).json["name"] != "csrf attack"
+    # With it the write goes through.
+    ok = world.client.simulate_patch(
+        path, cookies=jar, json={"name": "renamed"}, headers={"X-CSRF-Token": csrf}
+    )
+    assert ok.status_code == 200
+    assert ok.json["name"] == "renamed"
+
+
+def test_bearer_writes_need_no_csrf_header(world):
+    resp = world.call("padmin", "PATCH", f"/api/projects/{world.project_id}", {"name": "by token"})
+    assert resp.status_code == 200
+
+
+def test_a_bearer_header_wins_over_a_cookie(world):
+    cookie, _ = _session(world, "padmin@example.com")
+    resp = world.client.simulate_get(
+        "/api/me", cookies={COOKIE: cookie}, headers={"Authorization": "Bearer et_bogus"}
+    )
+    assert resp.status_code == 401
+
+
+def test_logout_ends_the_session(world):
+    cookie, csrf = _session(world)
+    jar = {COOKIE: cookie}
+    assert world.client.simulate_post("/auth/logout", cookies=jar).status_code == 403  # CSRF
+    resp = world.client.simulate_post("/auth/logout", cookies=jar, headers={"X-CSRF-Token": csrf})
+    assert resp.status_code == 204
+    assert resp.cookies[COOKIE].value == ""  # cleared in the browser
+    assert world.client.simulate_get("/api/me", cookies=jar).status_code == 401
+
+
+def test_sessions_expire(world, clock):
+    cookie, _ = _session(world)
+    clock.advance(days=13, hours=23)
+    assert world.client.simulate_get("/api/me", cookies={COOKIE: cookie}).status_code == 200
+    clock.advance(hours=1)
+    resp = world.client.simulate_get("/api/me", cookies={COOKIE: cookie})
+    assert resp.status_code == 401
+    assert world.client.simulate_get("/api/me", cookies={COOKIE: "forged"}).status_code == 401
+
+
+def test_login_does_not_reveal_whether_an_email_exists(world):
+    unknown = _login(world.client, "nobody@example.com", "wrong password")
+    wrong = _login(world.client, "viewer@example.com", "wrong password")
+    assert unknown.status_code == wrong.status_code == 401
+    assert unknown.json == wrong.json
+    assert COOKIE not in unknown.cookies and COOKIE not in wrong.cookies
+
+
+def test_unknown_emails_cost_a_password_check_too(world):
+    """An unknown email is checked against a dummy argon2 hash: no fast path to time."""
+
+    addresses = iter(range(1, 100))
+
+    def fastest(email):
+        times = []
+        for _ in range(3):
+            # A fresh client address per try keeps the throttle out of the measurement.
+            ip = f"10.1.0.{next(addresses)}"
+            start = time.perf_counter()
+            assert _login(world.client, email, "wrong password", remote_addr=ip).status_code == 401
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    # A user whose hash has the production parameters (the shared test hash is cheap).
+    from errortrack import db
+    from errortrack.auth.passwords import hash_password
+    from errortrack.models import User
+
+    with db.unit_of_work(world.factory) as s:
+        s.add(User(email="real@example.com", password_hash=hash_password(PASSWORD), role="member"))
+    fastest("nobody@example.com")  # warm the dummy hash
+    # Argon2id takes tens of milliseconds; a lookup-only path would be ~100x faster.
+    assert fastest("nobody@example.com") > 0.3 * fastest("real@example.com")
+
+
+def test_repeated_failures_are_throttled_per_email_and_ip(world, clock):
+    for _ in range(5):
+        assert _login(world.client, password="wrong password").status_code == 401
+    # Locked out: even the right password is refused, with Retry-After.
+    resp = _login(world.client)
+    assert resp.status_code == 429
+    assert resp.headers["Retry-After"] == "60"
+    # Other emails, and the same email from another address, are not affected.
+    assert _login(world.client, "editor@example.com").status_code == 200
+    assert _login(world.client, remote_addr="10.0.0.9").status_code == 200
+    # The lockout passes; the next failure doubles it.
+    clock.advance(seconds=61)
+    assert _login(world.client, password="wrong password").status_code == 401
+    assert _login(world.client).headers["Retry-After"] == "120"
+    clock.advance(seconds=121)
+    assert _login(world.client).status_code == 200
+    # A success clears the count.
+    assert _login(world.client, password="wrong password").status_code == 401
+    assert _login(world.client).status_code == 200
+
+
+def test_unknown_emails_are_throttled_the_same_way(world):
+    for _ in range(5):
+        assert _login(world.client, "nobody@example.com", "x").status_code == 401
+    assert _login(world.client, "nobody@example.com", "x").status_code == 429
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"password": "x"}, "email"),
+        ({"email": "a@example.com"}, "password"),
+        ({"email": 1, "password": "x"}, "email"),
+    ],
+)
+def test_login_input_errors_are_400(world, body, field):
+    resp = world.client.simulate_post("/auth/login", json=body)
+    assert resp.status_code == 400
+    assert resp.json["error"]["field"] == field
+
+
+def test_non_json_body_is_400(world):
+    resp = world.client.simulate_post(
+        "/auth/login", body=b"{not json", headers={"Content-Type": "application/json"}
+    )
+    assert resp.status_code == 400
+    assert resp.json["error"]["code"] == "bad_request"
