@@ -1,0 +1,156 @@
+"""Projects (records with their DSN, create/update/delete) and project members' rules."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.access_world import build_world
+
+
+@pytest.fixture
+def world(state, client):
+    return build_world(state, client)
+
+
+def test_project_record_carries_its_dsn(world, state):
+    resp = world.call("viewer", "GET", f"/api/projects/{world.project_id}")
+    assert resp.status_code == 200
+    record = resp.json
+    assert set(record) == {"id", "name", "retention_days", "created_at", "dsn", "role"}
+    assert record["role"] == "viewer"
+    assert re.fullmatch(
+        rf"http://[0-9a-f]{{32}}@127\.0\.0\.1:8000/{world.project_id}", record["dsn"]
+    )
+    listed = world.call("viewer", "GET", "/api/projects").json
+    assert listed == [record]
+
+
+def test_lists_show_exactly_the_accessible_projects(world):
+    other = world.add_project(with_members=False)
+    ids = lambda caller: [p["id"] for p in world.call(caller, "GET", "/api/projects").json]  # noqa: E731
+    assert ids("outsider") == []
+    assert ids("editor") == [world.project_id]
+    assert ids("admin") == [world.project_id, other]
+    roles = {p["id"]: p["role"] for p in world.call("primary", "GET", "/api/projects").json}
+    assert roles == {world.project_id: "admin", other: "admin"}
+
+
+def test_a_member_who_creates_a_project_becomes_its_admin(world):
+    resp = world.call("outsider", "POST", "/api/projects", {"name": "  Shop  "})
+    assert resp.status_code == 201
+    assert resp.json["name"] == "Shop"
+    assert resp.json["role"] == "admin"
+    assert resp.json["dsn"].endswith(f"/{resp.json['id']}")
+    members = world.call("outsider", "GET", f"/api/projects/{resp.json['id']}/members").json
+    assert [(m["user_id"], m["role"]) for m in members] == [(world.users["outsider"], "admin")]
+    # A global admin who creates one needs no membership.
+    made = world.call("admin", "POST", "/api/projects", {"name": "ops"}).json
+    assert world.call("admin", "GET", f"/api/projects/{made['id']}/members").json == []
+    assert made["role"] == "admin"
+
+
+def test_update_and_delete(world):
+    path = f"/api/projects/{world.project_id}"
+    resp = world.call("editor", "PATCH", path, {"name": "new name", "retention_days": 30})
+    assert resp.status_code == 200
+    assert (resp.json["name"], resp.json["retention_days"]) == ("new name", 30)
+    assert (
+        world.call("editor", "PATCH", path, {"retention_days": None}).json["retention_days"] is None
+    )
+    assert world.call("padmin", "DELETE", path).status_code == 204
+    assert world.call("padmin", "GET", path).status_code == 404
+    assert world.call("primary", "GET", path).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("method", "body", "field"),
+    [
+        ("POST", {}, "name"),
+        ("POST", {"name": ""}, "name"),
+        ("POST", {"name": "x" * 201}, "name"),
+        ("POST", {"name": "ok", "id": 7}, "id"),
+        ("PATCH", {"name": "  "}, "name"),
+        ("PATCH", {"retention_days": 0}, "retention_days"),
+        ("PATCH", {"retention_days": "30"}, "retention_days"),
+        ("PATCH", {"retention_days": 100000}, "retention_days"),
+    ],
+)
+def test_invalid_project_input_is_400_and_changes_nothing(world, method, body, field):
+    path = "/api/projects" if method == "POST" else f"/api/projects/{world.project_id}"
+    before = world.call("primary", "GET", "/api/projects").json
+    resp = world.call("primary", method, path, body)
+    assert resp.status_code == 400, resp.text
+    assert resp.json["error"]["field"] == field
+    assert world.call("primary", "GET", "/api/projects").json == before
+
+
+def test_put_member_adds_then_changes(world):
+    user_id = world.add_user()
+    path = f"/api/projects/{world.project_id}/members"
+    resp = world.call("padmin", "PUT", path, {"user_id": user_id, "role": "viewer"})
+    assert resp.status_code == 200
+    assert resp.json["role"] == "viewer" and resp.json["user_id"] == user_id
+    resp = world.call("padmin", "PUT", path, {"user_id": user_id, "role": "editor"})
+    assert resp.json["role"] == "editor"
+    members = {m["user_id"]: m["role"] for m in world.call("viewer", "GET", path).json}
+    assert members[user_id] == "editor"
+    headers = {"Authorization": f"Bearer {world.add_token(user_id)}"}
+    assert (
+        world.client.simulate_get(f"/api/projects/{world.project_id}", headers=headers).json["role"]
+        == "editor"
+    )
+
+
+def test_change_and_remove_member(world):
+    base = f"/api/projects/{world.project_id}/members/{world.users['viewer']}"
+    assert world.call("padmin", "PATCH", base, {"role": "editor"}).json["role"] == "editor"
+    assert world.call("padmin", "DELETE", base).status_code == 204
+    assert world.call("viewer", "GET", f"/api/projects/{world.project_id}").status_code == 404
+    assert world.call("padmin", "DELETE", base).status_code == 404
+    assert world.call("padmin", "PATCH", base, {"role": "viewer"}).status_code == 404
+
+
+def test_last_project_admin_cannot_be_removed_or_demoted(world):
+    me = world.users["padmin"]
+    member = f"/api/projects/{world.project_id}/members/{me}"
+    for resp in (
+        world.call("primary", "DELETE", member),
+        world.call("padmin", "DELETE", member),
+        world.call("primary", "PATCH", member, {"role": "editor"}),
+        world.call(
+            "primary",
+            "PUT",
+            f"/api/projects/{world.project_id}/members",
+            {"user_id": me, "role": "viewer"},
+        ),
+    ):
+        assert resp.status_code == 409, resp.text
+        assert "last admin" in resp.json["error"]["message"]
+    # With a second admin, either may go.
+    world.call(
+        "primary",
+        "PUT",
+        f"/api/projects/{world.project_id}/members",
+        {"user_id": world.users["editor"], "role": "admin"},
+    )
+    assert world.call("padmin", "PATCH", member, {"role": "editor"}).status_code == 200
+    last = f"/api/projects/{world.project_id}/members/{world.users['editor']}"
+    assert world.call("primary", "DELETE", last).status_code == 409
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"user_id": 999999, "role": "viewer"}, "user_id"),
+        ({"user_id": "2", "role": "viewer"}, "user_id"),
+        ({"role": "viewer"}, "user_id"),
+        ({"user_id": 2, "role": "owner"}, "role"),
+        ({"user_id": 2}, "role"),
+    ],
+)
+def test_invalid_member_input_is_400(world, body, field):
+    resp = world.call("padmin", "PUT", f"/api/projects/{world.project_id}/members", body)
+    assert resp.status_code == 400, resp.text
+    assert resp.json["error"]["field"] == field
