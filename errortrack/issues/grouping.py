@@ -125,7 +125,10 @@ def _groups(rows: list[dict[str, Any]]) -> dict[Key, Group]:
             groups[key] = Group(1, seen, seen, row["title"], row["culprit"], row["level"])
             continue
         group.count += 1
-        group.first_seen = min(group.first_seen, seen)
+        if seen < group.first_seen:
+            # A new issue is named after its earliest event, whatever the arrival order.
+            group.first_seen = seen
+            group.title, group.culprit, group.level = row["title"], row["culprit"], row["level"]
         group.last_seen = max(group.last_seen, seen)
     return groups
 

@@ -19,6 +19,7 @@ from errortrack.projects.service import active_key, create_project, dsn
 from tests.support import ROOT, Server
 
 PY_CLIENT = Path(__file__).resolve().parent / "sdk" / "py_client.py"
+NODE_DIR = Path(__file__).resolve().parent / "node"
 
 
 @dataclasses.dataclass
@@ -74,13 +75,14 @@ class Served:
         return list(json.loads(out.stdout))
 
 
-def run_python_sdk(project_dsn: str, scenario: str) -> str:
+def run_sdk(sdk: str, project_dsn: str, scenario: str) -> str:
+    """Run one scenario of the real SDK's client app; returns what it printed."""
+    if sdk == "python":
+        command, cwd = [sys.executable, str(PY_CLIENT)], ROOT
+    else:
+        command, cwd = ["node", "issues_client.js"], NODE_DIR
     out = subprocess.run(
-        [sys.executable, str(PY_CLIENT), project_dsn, scenario],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
+        [*command, project_dsn, scenario], capture_output=True, text=True, timeout=60, cwd=cwd
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
