@@ -43,9 +43,11 @@ LOAD = """
 INSERT INTO logs (project_id, timestamp, id, ingested_at, level, severity_number, body,
                   trace_id, attributes, attr_string, attr_int, retention_days)
 SELECT number % 20 + 1,
-       {start:DateTime64(6, 'UTC')} + toIntervalMicrosecond(intDiv(number * {span:UInt64}, {rows:UInt64})),
+       {start:DateTime64(6, 'UTC')}
+           + toIntervalMicrosecond(intDiv(number * {span:UInt64}, {rows:UInt64})),
        generateUUIDv4(), now64(6), 'info', 9,
-       concat('GET /api/orders/', toString(number % 10007), ' handled in ', toString(number % 997), ' ms'),
+       concat('GET /api/orders/', toString(number % 10007),
+              ' handled in ', toString(number % 997), ' ms'),
        lower(hex(cityHash64(intDiv(number, 50)))),
        '{"http.route": {"value": "/api/orders/{id}", "type": "string"}}',
        map('http.route', '/api/orders/{id}'), map('status', toInt64(200 + number % 3)),
