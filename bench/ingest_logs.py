@@ -1,0 +1,249 @@
+"""End-to-end log ingest benchmark on the embedded default (SQLite + chDB).
+
+1. Starts ``errortrack serve`` on a fresh data dir; creates a project.
+2. Full load: ``--connections`` keep-alive connections send envelopes of 100 realistic
+   logs (bench/logdata.py) for ``--seconds``; waits until the spool is drained.
+   logs/s = acknowledged logs / (first send -> spool drained).
+3. Half load: the same connections paced to half that rate; p50/p99 request latency.
+4. Stops the server, counts the rows in ClickHouse (must equal the acknowledged logs),
+   and in the same process measures the raw chDB insert rate of the same rows in the
+   same format and batch size as the writer (JSONEachRow, one raw insert per batch).
+
+    TZ=UTC .venv/bin/python -m bench.ingest_logs [--seconds 20] [--connections 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import http.client
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import orjson
+
+from bench.logdata import envelope_logs
+from tests.ingest_support import create_project_in, log_envelope
+from tests.support import Server, server_env
+
+LOGS_PER_ENVELOPE = 100
+
+
+def _envelopes(count: int) -> list[bytes]:
+    return [log_envelope(envelope_logs(LOGS_PER_ENVELOPE, seed=i)) for i in range(count)]
+
+
+def _send(
+    port: int,
+    path: str,
+    headers: dict[str, str],
+    bodies: list[bytes],
+    until: float,
+    interval: float,
+    latencies: list[float],
+    acked: list[int],
+) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    n = ok = 0
+    next_at = time.perf_counter()
+    while (now := time.perf_counter()) < until:
+        if interval and now < next_at:
+            time.sleep(next_at - now)
+        next_at += interval
+        body = bodies[n % len(bodies)]
+        t0 = time.perf_counter()
+        conn.request("POST", path, body=body, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        latencies.append(time.perf_counter() - t0)
+        if resp.status == 200:
+            ok += 1
+        n += 1
+    conn.close()
+    acked.append(ok * LOGS_PER_ENVELOPE)
+
+
+def _load(
+    server: Server,
+    pid: int,
+    key: str,
+    bodies: list[bytes],
+    seconds: float,
+    connections: int,
+    rate: float = 0.0,
+) -> tuple[int, list[float]]:
+    headers = {
+        "X-Sentry-Auth": f"Sentry sentry_key={key}, sentry_version=7",
+        "Content-Type": "application/x-sentry-envelope",
+    }
+    interval = connections / rate if rate else 0.0  # seconds between requests per connection
+    latencies: list[float] = []
+    acked: list[int] = []
+    until = time.perf_counter() + seconds
+    threads = [
+        threading.Thread(
+            target=_send,
+            args=(
+                server.port,
+                f"/api/{pid}/envelope/",
+                headers,
+                bodies[i::connections],
+                until,
+                interval,
+                latencies,
+                acked,
+            ),
+        )
+        for i in range(connections)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(acked), latencies
+
+
+def _drained(data: Path) -> bool:
+    return not list((data / "spool").glob("*/*.seg"))
+
+
+def _wait_drained(data: Path, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not _drained(data):
+        if time.monotonic() > deadline:
+            raise SystemExit("spool did not drain")
+        time.sleep(0.05)
+
+
+def _peak_rss_mb(server: Server) -> float:
+    """Highest VmHWM among the server's processes (arbiter and worker)."""
+    assert server.proc is not None
+    peak = 0
+    for pid in [server.proc.pid, *_children(server.proc.pid)]:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                peak = max(peak, int(line.split()[1]))
+    return peak / 1024
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        out += [int(c) for c in text]
+    return out + [g for c in out for g in _children(c)]
+
+
+def _raw_rate(data: Path, bodies: list[bytes], batch_rows: int) -> tuple[float, int]:
+    """The same rows, serialised as the spool stores them, in writer-sized raw inserts."""
+    from errortrack.analytics import ClickHouse
+    from errortrack.analytics import migrate as ch_migrate
+    from errortrack.ingest.envelope import parse
+    from errortrack.ingest.items import ItemContext
+    from errortrack.ingest.logs import handle_log
+    from errortrack.spool.writer import INSERT_SETTINGS
+
+    store = ClickHouse(f"chdb://{(data / 'clickhouse').resolve()}", database="bench_raw")
+    ch_migrate.apply(store)
+    ctx = ItemContext(1, dt.datetime.now(dt.UTC), 90, {})
+    lines = b"".join(
+        orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
+        for body in bodies
+        for row in handle_log(parse(body).items[0][1], {}, ctx).logs
+    ).splitlines(keepends=True)
+    batches = [b"".join(lines[i : i + batch_rows]) for i in range(0, len(lines), batch_rows)]
+    client = store.client()
+    start = time.perf_counter()
+    for n, batch in enumerate(batches):
+        client.raw_insert(
+            "logs",
+            insert_block=batch,
+            fmt="JSONEachRow",
+            settings={**INSERT_SETTINGS, "insert_deduplication_token": f"raw-{n}"},
+        )
+    return len(lines) / (time.perf_counter() - start), len(lines)
+
+
+def _count(data: Path, pid: int) -> int:
+    from errortrack.analytics import ClickHouse
+
+    store = ClickHouse(f"chdb://{(data / 'clickhouse').resolve()}")
+    return int(store.command(f"SELECT count() FROM logs WHERE project_id = {pid}"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--half-seconds", type=float, default=10)
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=8, help="server threads")
+    parser.add_argument("--batch-rows", type=int, default=20_000)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    data = tmp / "data"
+    env = server_env(
+        data,
+        f"sqlite:///{tmp / 'bench.sqlite3'}",
+        ERRORTRACK_WRITER_BATCH_ROWS=str(args.batch_rows),
+        ERRORTRACK_LOG_LEVEL="WARNING",
+    )
+    bodies = _envelopes(400)
+    print(
+        f"load before: {os.getloadavg()}; {len(bodies)} distinct envelopes of {LOGS_PER_ENVELOPE} logs, "
+        f"{sum(map(len, bodies)) / len(bodies) / 1024:.1f} KiB each"
+    )
+    server = Server(env, threads=args.threads).start()
+    try:
+        pid, key = create_project_in(env["ERRORTRACK_DATABASE_URL"])
+        start = time.perf_counter()
+        full, full_lat = _load(server, pid, key, bodies, args.seconds, args.connections)
+        sent_s = time.perf_counter() - start
+        _wait_drained(data)
+        total_s = time.perf_counter() - start
+        rate = full / total_s
+        print(
+            f"full load: {full} logs acknowledged in {sent_s:.1f}s, drained after {total_s:.1f}s "
+            f"-> {rate:,.0f} logs/s end to end (acked at {full / sent_s:,.0f} logs/s); "
+            f"p50 {statistics.median(full_lat) * 1000:.1f} ms"
+        )
+        half, half_lat = _load(
+            server,
+            pid,
+            key,
+            bodies,
+            args.half_seconds,
+            args.connections,
+            rate=rate / 2 / LOGS_PER_ENVELOPE,
+        )
+        _wait_drained(data)
+        q = statistics.quantiles(half_lat, n=100)
+        print(
+            f"half load ({rate / 2:,.0f} logs/s target, {half / args.half_seconds:,.0f} achieved): "
+            f"p50 {q[49] * 1000:.1f} ms, p99 {q[98] * 1000:.1f} ms"
+        )
+        rss = _peak_rss_mb(server)
+        print(f"peak RSS (VmHWM, largest server process): {rss:.0f} MB")
+    finally:
+        server.stop()
+    stored = _count(data, pid)
+    print(
+        f"rows in ClickHouse: {stored} (acknowledged {full + half}) {'OK' if stored == full + half else 'MISMATCH'}"
+    )
+    raw, n = _raw_rate(data, bodies, args.batch_rows)
+    print(
+        f"raw chDB insert (JSONEachRow, {args.batch_rows}-row batches, {n} rows): {raw:,.0f} rows/s; "
+        f"end-to-end / raw = {rate / raw:.0%}"
+    )
+    print(f"load after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
