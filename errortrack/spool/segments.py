@@ -64,10 +64,14 @@ class Spool:
             if self.dir is not None:
                 return
             self.root.mkdir(parents=True, exist_ok=True)
-            self.dir = self.root / f"w-{os.getpid()}-{secrets.token_hex(4)}"
-            self.dir.mkdir()
-            self._lock_file = _lock(self.dir)
+            # Created under a name other processes ignore, locked, then renamed: a worker
+            # starting at the same moment must never see it unlocked and adopt it.
+            name = f"w-{os.getpid()}-{secrets.token_hex(4)}"
+            staging = self.root / f".new-{name}"
+            staging.mkdir()
+            self._lock_file = _lock(staging)
             assert self._lock_file is not None
+            self.dir = staging.rename(self.root / name)
             self._adopt_orphans()
 
     def close(self) -> None:

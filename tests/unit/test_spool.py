@@ -137,3 +137,26 @@ def test_a_new_process_adopts_orphans_but_not_live_directories(tmp_path):
         live.wait()
     newest = _spool(tmp_path)
     assert len(newest._sealed) == 1  # the live one died: now adopted too
+
+
+def test_workers_starting_together_never_adopt_each_other(tmp_path):
+    code = (
+        "import sys, time\nfrom pathlib import Path\nfrom errortrack.spool.segments import Spool\n"
+        "s = Spool(Path(sys.argv[1]), max_bytes=10**9, batch_rows=10); s.open()\n"
+        "s.append({'logs': b'{}\\n'}, 1); s.seal(); print(s.dir.name, flush=True); time.sleep(3)"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(6)
+    ]
+    try:
+        names = [p.stdout.readline().strip() for p in procs]
+        assert all(names) and len(set(names)) == 6
+        for name in names:
+            assert len(list((tmp_path / name).glob("*.seg"))) == 1
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
