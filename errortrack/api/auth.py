@@ -35,7 +35,7 @@ from errortrack.api.middleware import session
 from errortrack.auth import sessions, tokens
 from errortrack.auth.permissions import Principal
 from errortrack.errors import Forbidden, Unauthorized
-from errortrack.models import LoginSession, User
+from errortrack.models import LoginSession
 from errortrack.state import Clock
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -79,7 +79,7 @@ def _authenticate(req: falcon.Request) -> Principal:
         user = tokens.authenticate_token(session(req), secret.strip(), now=now)
         if user is None:
             raise Unauthorized("invalid or revoked API token")
-        return _principal_of(user, "token")
+        return Principal.of(user, "token")
     cookie = _cookie(req)
     if cookie is None:
         raise Unauthorized("authentication required: a bearer token or a login session")
@@ -92,13 +92,9 @@ def _authenticate(req: falcon.Request) -> Principal:
     ):
         raise Forbidden("missing or wrong X-CSRF-Token header for a cookie-authenticated write")
     req.context.login_session = login
-    return _principal_of(user, "session")
+    return Principal.of(user, "session")
 
 
 def _cookie(req: falcon.Request) -> str | None:
     values: list[Any] = req.get_cookie_values(sessions.COOKIE_NAME) or []
     return str(values[0]) if values else None
-
-
-def _principal_of(user: User, via: str) -> Principal:
-    return Principal(user_id=user.id, role=user.role, is_primary=user.is_primary, via=via)

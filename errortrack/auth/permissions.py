@@ -47,7 +47,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from errortrack.errors import Forbidden, NotFound
-from errortrack.models import Project, ProjectMember
+from errortrack.models import Project, ProjectMember, User
 
 Action = Literal["read", "write", "admin"]
 
@@ -72,6 +72,11 @@ class Principal:
     @property
     def is_admin(self) -> bool:
         return self.role == "admin"
+
+    @classmethod
+    def of(cls, user: User, via: str) -> Principal:
+        """The principal for a verified user (e.g. MCP after ``authenticate_token``)."""
+        return cls(user_id=user.id, role=user.role, is_primary=user.is_primary, via=via)
 
 
 def role_allows(role: str | None, action: str) -> bool:

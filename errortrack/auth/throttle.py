@@ -40,8 +40,9 @@ class _Entry:
 
 
 class LoginThrottle:
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, *, max_entries: int = MAX_ENTRIES) -> None:
         self._clock = clock
+        self._max_entries = max_entries
         self._entries: dict[tuple[str, str], _Entry] = {}
         self._lock = threading.Lock()
 
@@ -61,7 +62,7 @@ class LoginThrottle:
         with self._lock:
             entry = self._live(email, ip, now)
             if entry is None:
-                if len(self._entries) >= MAX_ENTRIES:
+                if len(self._entries) >= self._max_entries:
                     self._evict(now)
                 entry = self._entries[(email, ip)] = _Entry(0, now)
             entry.failures += 1
@@ -89,8 +90,8 @@ class LoginThrottle:
     def _evict(self, now: dt.datetime) -> None:
         for key in [k for k, e in self._entries.items() if self._stale(e, now)]:
             del self._entries[key]
-        if len(self._entries) >= MAX_ENTRIES:
+        if len(self._entries) >= self._max_entries:
             # Still full of live entries: forget the oldest half rather than grow.
             ordered = sorted(self._entries, key=lambda k: self._entries[k].last_failure)
-            for key in ordered[: MAX_ENTRIES // 2]:
+            for key in ordered[: self._max_entries // 2]:
                 del self._entries[key]

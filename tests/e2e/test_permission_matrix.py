@@ -57,3 +57,18 @@ def test_every_access_route_is_in_the_table(app):
             routes.add(f"{method} {path}")
     assert len(routes) >= 24
     assert routes - covered == set()
+
+
+def test_every_access_responder_declares_its_schemas(app):
+    """The OpenAPI generator only sees responders decorated with @api_doc."""
+    import falcon.inspect
+
+    from errortrack.api.schemas import operations
+
+    documented = {(path, method) for path, method, _ in operations(app)}
+    for route in falcon.inspect.inspect_routes(app):
+        if not IN_SCOPE.match(route.path.replace(":int", "")):
+            continue
+        for method in route.methods:
+            if not method.internal:
+                assert (route.path, method.method) in documented, (route.path, method.method)
