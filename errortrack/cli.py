@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import subprocess
 import sys
@@ -188,6 +189,7 @@ def serve(host: str, port: int, workers: int | None, threads: int) -> None:
     """Apply pending migrations, then serve HTTP with gunicorn."""
     settings = _settings()
     lock = _take_data_dir(settings)
+    _log_to_stderr(settings.log_level)
     # Migrations run in a child process: chDB must not be opened in the process that
     # forks the workers, and the child releases the engine when it exits. The child is
     # told that the data-dir lock it sees is its parent's.
@@ -224,6 +226,21 @@ def serve(host: str, port: int, workers: int | None, threads: int) -> None:
         }
     )
     lock.close()
+
+
+def _log_to_stderr(level: str) -> None:
+    """Send the ``errortrack`` loggers to stderr beside gunicorn's own lines.
+
+    gunicorn configures only its own loggers; without this, INFO lines such as the
+    retention pass's "dropped partition ..." would be lost. Workers inherit it at fork.
+    """
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        logging.Formatter("[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s")
+    )
+    root = logging.getLogger("errortrack")
+    root.addHandler(handler)
+    root.setLevel(level)
 
 
 def _start_background(worker: Any) -> None:
