@@ -45,4 +45,8 @@ format: $(VENV)/.dev ## Apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-.PHONY: help run install-dev test lint format permissions
+openapi: $(VENV)/.dev ## Regenerate the OpenAPI snapshot schemas/openapi.json from the code
+	$(BIN)/python -m errortrack.api.openapi > schemas/openapi.json.tmp
+	mv schemas/openapi.json.tmp schemas/openapi.json
+
+.PHONY: help run install-dev test lint format permissions openapi

@@ -7,8 +7,9 @@ from typing import Any
 import falcon
 import orjson
 
-from errortrack.api import account, errors, health, projects, team, tokens
+from errortrack.api import account, docs, errors, health, projects, team, tokens
 from errortrack.api import ingest as ingest_api
+from errortrack.api import logs as logs_api
 from errortrack.api import storage as storage_api
 from errortrack.api.auth import Authentication
 from errortrack.api.middleware import DatabaseSessions
@@ -78,4 +79,14 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     app.add_route("/api/storage/cleanup", storage_api.StorageCleanup(state))
     if not any(isinstance(task, retention.RetentionJob) for task in state.background):
         state.background.append(retention.build_job(state))
+
+    # Management API: logs (read-only), issues, traces (docs/API.md).
+    app.add_route("/api/projects/{project_id:int}/logs", logs_api.ProjectLogs(state))
+
+    # The OpenAPI document and Swagger UI, public, only with the openapi feature (else 404).
+    if docs.enabled(state.settings):
+        app.add_route(docs.DOCUMENT_PATH, docs.OpenApiDocument(app))
+        app.add_route("/docs", docs.SwaggerPage())
+        app.add_route("/docs/init.js", docs.SwaggerInit())
+        app.add_static_route(docs.ASSETS_PATH, str(docs.assets_dir()))
     return app

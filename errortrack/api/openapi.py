@@ -1,0 +1,159 @@
+"""The OpenAPI 3 document, generated with apispec from the app's own routes and schemas.
+
+Generic over the app: every responder carrying an ``ApiDoc`` record (see
+``errortrack.api.schemas``) becomes an operation, with its path parameters read from the
+route template (``{project_id:int}``), its query parameters and bodies from the
+marshmallow schemas the responder itself loads and dumps, the bearer (or session
+cookie) security, and the one error body for every refusal. Nothing is listed by hand,
+so a new endpoint is documented the moment it is decorated.
+
+Regenerate the snapshot after changing an endpoint (a test fails until you do)::
+
+    .venv/bin/python -m errortrack.api.openapi > schemas/openapi.json    # or: make openapi
+
+apispec is the optional ``openapi`` extra: import this module only when it is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import defaultdict
+from importlib.metadata import version
+from typing import Any
+
+import falcon
+from apispec import APISpec
+from apispec.ext.marshmallow import MarshmallowPlugin
+from marshmallow import Schema, fields
+
+from errortrack.api.schemas import ApiDoc, operations
+
+TITLE = "errortrack management API"
+_PARAM = re.compile(r"\{(?P<name>\w+)(?::(?P<conv>\w+)(?:\((?P<args>[^)]*)\))?)?\}")
+_ERRORS = {
+    "400": "Invalid input; `field` names the parameter or body field",
+    "401": "No credentials, or an unknown, expired or revoked token or session",
+    "403": "Visible but not allowed (role too low, or a cookie write without X-CSRF-Token)",
+    "404": "No such resource, or one the caller may not see",
+}
+
+
+class ErrorDetail(Schema):
+    code = fields.Str(required=True, metadata={"description": "Stable machine-readable word"})
+    message = fields.Str(required=True, metadata={"description": "For people"})
+    field = fields.Str(
+        required=True, allow_none=True, metadata={"description": "The offending input, if any"}
+    )
+
+
+class Error(Schema):
+    error = fields.Nested(ErrorDetail, required=True)
+
+
+def _param_attributes(self: Any, field: fields.Field, **_: Any) -> dict[str, Any]:
+    """Parameter-level OpenAPI keys (e.g. ``style: deepObject``) from field metadata."""
+    return dict(field.metadata.get("param", {}))
+
+
+def build(app: falcon.App) -> dict[str, Any]:
+    plugin = MarshmallowPlugin()
+    spec = APISpec(
+        title=TITLE,
+        version=version("errortrack"),
+        openapi_version="3.0.3",
+        plugins=[plugin],
+        info={"description": "JSON API over logs, issues, traces, projects and the team."},
+    )
+    assert plugin.converter is not None
+    plugin.converter.add_parameter_attribute_function(_param_attributes)
+    spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
+    spec.components.security_scheme(
+        "session", {"type": "apiKey", "in": "cookie", "name": "errortrack_session"}
+    )
+    spec.components.schema("Error", schema=Error)
+    paths: dict[str, dict[str, Any]] = defaultdict(dict)
+    for template, method, doc in operations(app):
+        path, path_params = _path(template)
+        paths[path][method.lower()] = _operation(path, method, doc, path_params)
+    for path in sorted(paths):
+        spec.path(path=path, operations=paths[path])
+    return spec.to_dict()
+
+
+def _path(template: str) -> tuple[str, list[dict[str, Any]]]:
+    """``/p/{project_id:int}`` -> ``/p/{project_id}`` and its parameter objects."""
+    params = []
+    for match in _PARAM.finditer(template):
+        schema: dict[str, Any] = {"type": "string"}
+        if match["conv"] == "int":
+            schema = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
+        elif match["conv"] == "uuid":
+            schema = {"type": "string", "format": "uuid"}
+        params.append({"in": "path", "name": match["name"], "required": True, "schema": schema})
+    return _PARAM.sub(lambda m: "{" + m["name"] + "}", template), params
+
+
+def _operation(
+    path: str, method: str, doc: ApiDoc, path_params: list[dict[str, Any]]
+) -> dict[str, Any]:
+    query = [{"in": "query", "schema": doc.query}] if doc.query else []
+    slug = re.sub(r"[^a-z0-9]+", "_", path.lower()).strip("_")
+    op: dict[str, Any] = {
+        "operationId": f"{method.lower()}_{slug}",
+        "summary": doc.summary,
+        "tags": list(doc.tags),
+        "parameters": [*path_params, *query],
+        "responses": {str(doc.status): _success(doc), **_errors(doc, bool(path_params))},
+        "security": [{"bearer": []}, {"session": []}] if doc.auth else [],
+    }
+    if doc.request is not None:
+        op["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": doc.request}},
+        }
+    return op
+
+
+def _success(doc: ApiDoc) -> dict[str, Any]:
+    if doc.response is None:
+        return {"description": "Done; no body"}
+    schema = doc.response(many=True) if doc.many else doc.response
+    return {"description": "OK", "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(doc: ApiDoc, has_path_params: bool) -> dict[str, Any]:
+    wanted = set()
+    if doc.query or doc.request:
+        wanted.add("400")
+    if doc.auth:
+        wanted |= {"401", "403"}
+    if has_path_params:
+        wanted.add("404")
+    error = {"application/json": {"schema": Error}}
+    responses = {code: {"description": _ERRORS[code], "content": error} for code in sorted(wanted)}
+    # Everything else (405, 409, 410, 413, 429, 5xx) has the same body.
+    responses["default"] = {"description": "Any other error", "content": error}
+    return responses
+
+
+def render(app: falcon.App) -> str:
+    """The document as stored in ``schemas/openapi.json``: stable key order, 2 spaces."""
+    return json.dumps(build(app), indent=2, sort_keys=True) + "\n"
+
+
+def _snapshot_app() -> falcon.App:
+    """The full app on throw-away embedded stores; nothing is opened to list routes."""
+    import tempfile
+    from pathlib import Path
+
+    from errortrack.app import create_app
+    from errortrack.config import Settings
+
+    data_dir = Path(tempfile.mkdtemp(prefix="errortrack-openapi-"))
+    return create_app(Settings.from_env({}, data_dir=data_dir, openapi=True))
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render(_snapshot_app()))

@@ -1,0 +1,140 @@
+"""Schemas of the logs endpoint: the query it reads and the page it answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import Schema, fields, post_load, pre_load, validate
+from marshmallow import ValidationError as SchemaError
+
+from errortrack.api.schemas.paging import PageQuery, page_of, page_request
+from errortrack.errors import ValidationError
+from errortrack.logs import filters
+from errortrack.logs.filters import LogFilter
+
+
+def _domain(parse: Any, *args: Any) -> Any:
+    """Run a domain parser; its message becomes a schema error on the current field."""
+    try:
+        return parse(*args)
+    except ValidationError as exc:
+        raise SchemaError(exc.message) from None
+
+
+class Levels(fields.List):
+    """``level=error&level=fatal`` or ``level=error,fatal``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(fields.Str(validate=validate.OneOf(filters.LEVELS)), **kwargs)
+
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
+        values = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, str) for v in values):
+            raise SchemaError("expected level names")
+        return _domain(filters.parse_levels, values)
+
+
+class TraceId(fields.Str):
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
+        return _domain(filters.parse_trace_id, super()._deserialize(value, attr, data, **kwargs))
+
+
+class Text(fields.Str):
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
+        return _domain(filters.parse_text, super()._deserialize(value, attr, data, **kwargs))
+
+
+class Values(fields.Str):
+    """One string, or several when the parameter is repeated (documented as a string)."""
+
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
+        values = value if isinstance(value, list) else [value]
+        return [super(Values, self)._deserialize(v, attr, data, **kwargs) for v in values]
+
+
+class IsoTime(fields.DateTime):
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
+        if not isinstance(value, str):
+            raise SchemaError("expected one ISO 8601 time")
+        return _domain(filters.parse_time, value, attr)
+
+
+class LogsQuery(PageQuery):
+    level = Levels(
+        metadata={
+            "description": "Only these levels (by severity number). Repeat the parameter or "
+            "separate with commas: level=error&level=fatal or level=error,fatal."
+        }
+    )
+    trace_id = TraceId(
+        validate=validate.Regexp(r"^[0-9a-fA-F]{32}$"),
+        metadata={"description": "Only the logs emitted inside this trace's spans."},
+    )
+    q = Text(
+        validate=validate.Length(max=filters.MAX_TEXT),
+        metadata={"description": "Case-insensitive substring of the body (ASCII case folding)."},
+    )
+    start = IsoTime(metadata={"description": "Logs at or after this time (ISO 8601)."})
+    end = IsoTime(metadata={"description": "Logs before this time (ISO 8601)."})
+    sort = fields.Str(
+        load_default="-timestamp",
+        validate=validate.OneOf(filters.SORTS),
+        metadata={"description": "Newest first by default; severity sorts by severity_number."},
+    )
+    attr = fields.Dict(
+        keys=fields.Str(),
+        values=Values(),
+        metadata={
+            "description": "Attribute filters: attr[<name>]=<value>, e.g. "
+            "attr[http.status_code]=503. The value matches the attribute in its own type "
+            "(string, integer, double or boolean); repeat a name for any of several values.",
+            "param": {"style": "deepObject", "explode": True},
+        },
+    )
+
+    @pre_load
+    def _gather_attributes(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        """Fold the ``attr[<name>]`` parameters into one ``attr`` mapping of value lists."""
+        data = dict(data)
+        found = [(key, data.pop(key)) for key in list(data) if filters.attr_filter_name(key)]
+        if found:
+            data["attr"] = dict(found)
+        return data
+
+    @post_load
+    def _to_filter(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        attrs = filters.parse_attr_filters(data.pop("attr", {}).items())
+        log_filter = LogFilter(
+            levels=tuple(data.pop("level", ())),
+            trace_id=data.pop("trace_id", None),
+            text=data.pop("q", None),
+            start=data.pop("start", None),
+            end=data.pop("end", None),
+            attributes=attrs,
+            sort=data.pop("sort"),
+        )
+        return {"filter": log_filter, "page": page_request(data)}
+
+
+class LogOut(Schema):
+    id = fields.UUID(required=True)
+    level = fields.Str(required=True, metadata={"description": "As sent, e.g. warn"})
+    severity_number = fields.Int(
+        required=True, allow_none=True, metadata={"description": "null for unknown levels"}
+    )
+    body = fields.Str(required=True)
+    trace_id = fields.Str(
+        required=True, allow_none=True, metadata={"description": "null outside a span"}
+    )
+    span_id = fields.Str(required=True, allow_none=True)
+    attributes = fields.Dict(
+        keys=fields.Str(),
+        values=fields.Dict(),
+        required=True,
+        metadata={"description": "As sent: {name: {value, type}} with the original JSON types"},
+    )
+    timestamp = fields.Str(required=True, metadata={"format": "date-time"})
+    ingested_at = fields.Str(required=True, metadata={"format": "date-time"})
+
+
+LogPageOut = page_of(LogOut)

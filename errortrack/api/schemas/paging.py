@@ -1,0 +1,42 @@
+"""The page query (page, per_page) and page bodies shared by every list endpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import Schema, fields, validate
+
+from errortrack.paging import DEFAULT_PER_PAGE, MAX_PAGE, MAX_PER_PAGE, PageRequest
+
+
+class PageQuery(Schema):
+    page = fields.Int(
+        load_default=1,
+        validate=validate.Range(1, MAX_PAGE),
+        metadata={"description": "1-based page number; a page past the end is empty."},
+    )
+    per_page = fields.Int(
+        load_default=DEFAULT_PER_PAGE,
+        validate=validate.Range(1, MAX_PER_PAGE),
+        metadata={"description": f"Items per page, at most {MAX_PER_PAGE}."},
+    )
+
+
+def page_request(data: dict[str, Any]) -> PageRequest:
+    """Pop ``page`` and ``per_page`` from loaded query data."""
+    return PageRequest(page=data.pop("page"), per_page=data.pop("per_page"))
+
+
+def page_of(item: type[Schema]) -> type[Schema]:
+    """The ``{items, total_count, page, per_page, total_pages}`` schema for ``item``."""
+    name = item.__name__.removesuffix("Out") + "Page"
+    return Schema.from_dict(
+        {
+            "items": fields.List(fields.Nested(item), required=True),
+            "total_count": fields.Int(required=True),
+            "page": fields.Int(required=True),
+            "per_page": fields.Int(required=True),
+            "total_pages": fields.Int(required=True),
+        },
+        name=name,
+    )
