@@ -55,5 +55,6 @@ class Envelope(_IngestResource):
 class Store(_IngestResource):
     def on_post(self, req: falcon.Request, resp: falcon.Response, project_id: int) -> None:
         resp.set_header("Access-Control-Allow-Origin", "*")
-        key = self._key(req)
-        resp.media = service.ingest_store(self.ingest, project_id, key, self._body(req))
+        resp.media = service.ingest_store(
+            self.ingest, project_id, self._key(req), lambda: self._body(req)
+        )

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from sqlalchemy.orm import Session
 
-from errortrack.errors import BadRequest
+from errortrack.errors import BadRequest, Unauthorized
 from errortrack.ingest import auth, envelope, items
 from errortrack.ingest.ratelimit import RateLimiter
 from errortrack.spool.segments import Spool
@@ -63,20 +63,23 @@ def ingest_envelope(
     return _store(ingest, ctx, [(h.get("type", ""), h, p) for h, p in parsed.items])
 
 
-def ingest_store(ingest: Ingest, project_id: int, key: str | None, body: bytes) -> dict[str, str]:
+def ingest_store(
+    ingest: Ingest, project_id: int, key: str | None, body: Callable[[], bytes]
+) -> dict[str, str]:
     """The legacy ``/store/`` endpoint: the body is one JSON event."""
     if key is None:
-        raise auth.Unauthorized("no sentry_key: send X-Sentry-Auth or ?sentry_key=")
+        raise Unauthorized("no sentry_key: send X-Sentry-Auth or ?sentry_key=")
     info = ingest.authorize(project_id, key)
+    raw = body()
     try:
-        event = orjson.loads(body)
+        event = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"body is not valid JSON: {exc}") from None
     if not isinstance(event, dict):
         raise BadRequest("body must be a JSON object (one event)")
     header = {"event_id": event["event_id"]} if isinstance(event.get("event_id"), str) else {}
     ctx = ingest.context(info, {})
-    return _store(ingest, ctx, [("event", {"type": "event"}, body)], header)
+    return _store(ingest, ctx, [("event", {"type": "event"}, raw)], header)
 
 
 def _store(

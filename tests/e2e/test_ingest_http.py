@@ -157,7 +157,10 @@ def test_auth_failures(state, ingest_client, project, clickhouse):
     with state.sessions() as session:
         other_pid, other_key = make_project(session, name="other")
     body = log_envelope([_log("x")])
-    _error(_post(ingest_client, pid, body), 401, "unauthorized", "no sentry_key")
+    missing = _post(ingest_client, pid, body)
+    _error(missing, 401, "unauthorized", "no sentry_key")
+    assert missing.headers["Access-Control-Allow-Origin"] == "*"  # browsers can read it
+    _error(_post(ingest_client, pid, b"{}", path="store/"), 401, "unauthorized", "no sentry_key")
     _error(
         _post(ingest_client, pid, body, {"X-Sentry-Auth": "Basic abc"}),
         401,
