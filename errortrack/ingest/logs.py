@@ -34,13 +34,17 @@ def handle_log(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> Ite
     if not isinstance(logs, list):
         raise BadRequest('log item payload must be an object {"items": [...]}')
     received = ctx.received_at.timestamp()
-    rows = [
-        _row(log, i, ctx.project_id, received, ctx.retention_days) for i, log in enumerate(logs)
-    ]
-    return ItemRows(logs=rows)
+    # One urandom call per item, not per log: the syscall dominated id generation.
+    ids = _uuid4s(len(logs))
+    pid, retention = ctx.project_id, ctx.retention_days
+    return ItemRows(
+        logs=[_row(log, i, pid, received, retention, ids[i]) for i, log in enumerate(logs)]
+    )
 
 
-def _row(log: Any, index: int, project_id: int, received: float, retention: int) -> dict[str, Any]:
+def _row(
+    log: Any, index: int, project_id: int, received: float, retention: int, row_id: str
+) -> dict[str, Any]:
     if type(log) is not dict:
         raise BadRequest(f"log {index} is not a JSON object")
     attributes = log.get("attributes")
@@ -61,7 +65,7 @@ def _row(log: Any, index: int, project_id: int, received: float, retention: int)
     return {
         "project_id": project_id,
         "timestamp": timestamp,
-        "id": _uuid4(),
+        "id": row_id,
         "ingested_at": received,
         "level": level,
         "severity_number": SEVERITY.get(level),
@@ -76,10 +80,14 @@ def _row(log: Any, index: int, project_id: int, received: float, retention: int)
     }
 
 
-def _uuid4() -> str:
-    # str(uuid.uuid4()) costs twice as much; this is the same RFC 4122 version-4 layout.
-    h = os.urandom(16).hex()
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
+def _uuid4s(n: int) -> list[str]:
+    """n random RFC 4122 version-4 UUIDs as text (what str(uuid.uuid4()) gives, cheaper)."""
+    hexes = os.urandom(16 * n).hex()
+    out = []
+    for i in range(0, 32 * n, 32):
+        h = hexes[i : i + 32]
+        out.append(f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}")
+    return out
 
 
 _VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}
