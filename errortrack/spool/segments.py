@@ -206,6 +206,11 @@ class Spool:
             self._sealed.remove(path)
             self._bytes -= size
 
+    def sealed(self) -> list[Path]:
+        """Sealed segments waiting for the writer, oldest first."""
+        with self._cond:
+            return list(self._sealed)
+
     def pending(self) -> int:
         """Sealed segments not yet inserted plus the open one (0 when drained)."""
         with self._cond:

@@ -125,7 +125,7 @@ def test_crash_between_insert_and_delete_does_not_duplicate(state, clickhouse, t
     first.open()
     first.append({"logs": rows}, 50)
     first.seal()
-    (segment,) = list(first._sealed)
+    (segment,) = first.sealed()
     Writer(first, clickhouse_insert(clickhouse)).write_segment(segment)  # inserted...
     first.close()  # ...and the process dies before deleting the segment
     assert sum(_counts(clickhouse, pid).values()) == 50

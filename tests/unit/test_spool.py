@@ -48,7 +48,7 @@ def test_concurrent_appends_share_fsyncs(tmp_path):
         t.join()
     assert 0 < spool.syncs < 320  # fewer fsyncs than appends
     spool.seal()
-    (path,) = list(spool._sealed)
+    (path,) = spool.sealed()
     tables, _ = records.decode(path.read_bytes())
     assert sorted(tables["logs"].splitlines()) == sorted(
         f'{{"n":{i * 100 + j}}}'.encode() for i in range(16) for j in range(20)
@@ -128,7 +128,7 @@ def test_a_new_process_adopts_orphans_but_not_live_directories(tmp_path):
         dead.seal()
         dead.close()  # as if its process were gone: lock released, segment left behind
         new = _spool(tmp_path)
-        names = [p.parent for p in new._sealed]
+        names = [p.parent for p in new.sealed()]
         assert names == [new.dir]  # the dead one's segment, moved in
         assert not dead.dir.exists()
         assert len(list(live_dir.glob("*.seg"))) == 1
@@ -136,7 +136,7 @@ def test_a_new_process_adopts_orphans_but_not_live_directories(tmp_path):
         live.kill()
         live.wait()
     newest = _spool(tmp_path)
-    assert len(newest._sealed) == 1  # the live one died: now adopted too
+    assert len(newest.sealed()) == 1  # the live one died: now adopted too
 
 
 def test_workers_starting_together_never_adopt_each_other(tmp_path):
