@@ -2,7 +2,7 @@
 
 Rule (409 Conflict): the last admin of a project can be neither removed from it nor
 demoted. The project row is locked first so that two concurrent changes cannot both
-pass that check on Postgres (SQLite serialises writers anyway). Callers check
+pass that check. Callers check
 ``require_project(..., "admin")`` first.
 """
 
@@ -67,7 +67,15 @@ def remove_member(session: Session, *, project_id: int, user_id: int) -> None:
 
 
 def _lock_project(session: Session, project_id: int) -> None:
-    session.execute(sa.select(Project.id).where(Project.id == project_id).with_for_update())
+    # A no-op UPDATE rather than SELECT ... FOR UPDATE: it row-locks on Postgres, and on
+    # SQLite (which ignores FOR UPDATE and runs plain SELECTs outside a transaction) it
+    # starts the write transaction now, so the admin count read next cannot go stale.
+    session.execute(
+        sa.update(Project)
+        .where(Project.id == project_id)
+        .values(name=Project.name)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def _refuse_if_last_admin(session: Session, project_id: int, what: str) -> None:

@@ -78,8 +78,19 @@ def find_usable(
     session: Session, token: str, *, now: dt.datetime, lock: bool = False
 ) -> Invitation:
     """The invitation behind ``token`` if it can still be accepted; else 404 or 410."""
+    if lock:
+        # A no-op UPDATE locks the row on Postgres and, on SQLite, starts the write
+        # transaction before the read below, so two accepts of one token queue up and the
+        # second sees the first's accepted_at (SELECT ... FOR UPDATE does neither on SQLite).
+        session.execute(
+            sa.update(Invitation)
+            .where(Invitation.token == token)
+            .values(token=Invitation.token)
+            .execution_options(synchronize_session=False)
+        )
     query = sa.select(Invitation).where(Invitation.token == token)
-    invitation = session.scalar(query.with_for_update() if lock else query)
+    # populate_existing: after waiting for the lock, read the row as it is now.
+    invitation = session.scalar(query.execution_options(populate_existing=lock))
     if invitation is None or not token:
         raise NotFound("invitation not found")
     _check_usable(invitation, now)
@@ -87,7 +98,7 @@ def find_usable(
 
 
 def accept_invitation(session: Session, *, token: str, password: str, now: dt.datetime) -> User:
-    # Lock the row so that two simultaneous accepts of one token cannot both succeed.
+    # Locked, so that two simultaneous accepts of one token cannot both succeed.
     invitation = find_usable(session, token, now=now, lock=True)
     check_password(password)
     if session.scalar(sa.select(User.id).where(User.email == invitation.email)) is not None:

@@ -31,22 +31,29 @@ def get_user(session: Session, user_id: int, *, lock: bool = False) -> User:
     return user
 
 
-def _admin_count(session: Session) -> int:
-    # Locking the admins' rows serialises concurrent demotions/removals on Postgres, so two
-    # admins cannot each remove the other; SQLite serialises writers anyway.
-    ids = session.scalars(sa.select(User.id).where(User.role == "admin").with_for_update())
+def _lock_admins(session: Session) -> int:
+    """Lock every admin's row (in id order) and return how many there are.
+
+    Taken first, before the target's row, and always in the same order: concurrent role
+    changes then queue instead of deadlocking, and two admins cannot each remove the other
+    (on Postgres; SQLite serialises writers anyway and ignores FOR UPDATE).
+    """
+    ids = session.scalars(
+        sa.select(User.id).where(User.role == "admin").order_by(User.id).with_for_update()
+    )
     return len(list(ids))
 
 
 def change_role(session: Session, actor: Principal, *, user_id: int, role: str) -> User:
     if role not in GLOBAL_ROLES:
         raise ValidationError("role must be admin or member", field="role")
+    admins = _lock_admins(session)
     user = get_user(session, user_id, lock=True)
     if user.role == role:
         return user
     if user.is_primary:
         raise Conflict("the primary user cannot be demoted")
-    if user.role == "admin" and _admin_count(session) <= 1:
+    if user.role == "admin" and admins <= 1:
         raise Conflict("the last remaining admin cannot be demoted")
     user.role = role
     session.flush()
@@ -54,12 +61,13 @@ def change_role(session: Session, actor: Principal, *, user_id: int, role: str) 
 
 
 def remove_user(session: Session, actor: Principal, *, user_id: int) -> None:
+    admins = _lock_admins(session)
     user = get_user(session, user_id, lock=True)
     if user.id == actor.user_id:
         raise Conflict("you cannot remove yourself")
     if user.is_primary:
         raise Conflict("the primary user cannot be removed")
-    if user.role == "admin" and _admin_count(session) <= 1:
+    if user.role == "admin" and admins <= 1:
         raise Conflict("the last remaining admin cannot be removed")
     for model in (LoginSession, ApiToken, ProjectMember):
         session.execute(sa.delete(model).where(model.user_id == user.id))

@@ -157,3 +157,34 @@ def test_a_revoked_or_expired_email_can_be_invited_again(world, clock):
     assert len({first["token"], second["token"], third["token"]}) == 3
     assert _accept(world, second["token"]).status_code == 410
     assert _accept(world, third["token"]).status_code == 201
+
+
+def test_two_simultaneous_accepts_of_one_token_create_one_account(world, state):
+    import threading
+
+    from errortrack import db
+    from errortrack.errors import Gone
+    from errortrack.team.invitations import accept_invitation, find_usable
+
+    inv = _invite(world, "race@example.com")
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def accept():
+        try:
+            with db.unit_of_work(state.sessions) as s:
+                find_usable(s, inv["token"], now=state.clock())  # both see it usable
+                barrier.wait(timeout=10)
+                accept_invitation(s, token=inv["token"], password=PASSWORD, now=state.clock())
+            outcomes.append("accepted")
+        except Gone:
+            outcomes.append("gone")
+
+    threads = [threading.Thread(target=accept) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(outcomes) == ["accepted", "gone"]
+    emails = [u["email"] for u in world.call("admin", "GET", "/api/team").json]
+    assert emails.count("race@example.com") == 1

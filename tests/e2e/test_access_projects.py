@@ -154,3 +154,44 @@ def test_invalid_member_input_is_400(world, body, field):
     resp = world.call("padmin", "PUT", f"/api/projects/{world.project_id}/members", body)
     assert resp.status_code == 400, resp.text
     assert resp.json["error"]["field"] == field
+
+
+def test_concurrent_removals_cannot_remove_both_last_admins(world, state):
+    """Two admins of a project removed at the same moment: exactly one removal passes."""
+    import threading
+
+    from errortrack import db
+    from errortrack.errors import Conflict
+    from errortrack.projects.members import list_members, remove_member
+
+    second = world.users["editor"]
+    world.call(
+        "primary",
+        "PUT",
+        f"/api/projects/{world.project_id}/members",
+        {"user_id": second, "role": "admin"},
+    )
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def remove(user_id):
+        try:
+            with db.unit_of_work(state.sessions) as s:
+                # Both read the members first, as a request would, before either writes.
+                list_members(s, world.project_id)
+                barrier.wait(timeout=10)
+                remove_member(s, project_id=world.project_id, user_id=user_id)
+            outcomes.append("removed")
+        except Conflict:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=remove, args=(u,)) for u in (world.users["padmin"], second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(outcomes) == ["conflict", "removed"]
+    with state.sessions() as s:
+        assert [m["role"] for m in list_members(s, world.project_id) if m["role"] == "admin"] == [
+            "admin"
+        ]

@@ -148,3 +148,12 @@ def test_removing_a_user_revokes_their_sessions_and_tokens_at_once(world, state)
 def test_refused_removal_changes_nothing(world):
     world.call("admin", "DELETE", f"/api/team/{world.users['primary']}")
     assert world.call("primary", "GET", "/api/me").status_code == 200
+
+
+def test_removing_an_admin_keeps_the_invitations_they_sent(world):
+    sent = world.call(
+        "admin", "POST", "/api/invitations", {"email": "kept@example.com", "role": "member"}
+    ).json
+    assert world.call("primary", "DELETE", f"/api/team/{world.users['admin']}").status_code == 204
+    pending = world.call("primary", "GET", "/api/invitations").json
+    assert [(p["id"], p["created_by"]) for p in pending] == [(sent["id"], None)]
