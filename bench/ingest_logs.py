@@ -197,8 +197,8 @@ def main() -> None:
     )
     bodies = _envelopes(400)
     print(
-        f"load before: {os.getloadavg()}; {len(bodies)} distinct envelopes of {LOGS_PER_ENVELOPE} logs, "
-        f"{sum(map(len, bodies)) / len(bodies) / 1024:.1f} KiB each"
+        f"load before: {os.getloadavg()}; {len(bodies)} distinct envelopes of "
+        f"{LOGS_PER_ENVELOPE} logs, {sum(map(len, bodies)) / len(bodies) / 1024:.1f} KiB each"
     )
     server = Server(env, threads=args.threads).start()
     try:
@@ -235,12 +235,13 @@ def main() -> None:
         server.stop()
     stored = _count(data, pid)
     print(
-        f"rows in ClickHouse: {stored} (acknowledged {full + half}) {'OK' if stored == full + half else 'MISMATCH'}"
+        f"rows in ClickHouse: {stored} (acknowledged {full + half}) "
+        f"{'OK' if stored == full + half else 'MISMATCH'}"
     )
     raw, n = _raw_rate(data, bodies, args.batch_rows)
     print(
-        f"raw chDB insert (JSONEachRow, {args.batch_rows}-row batches, {n} rows): {raw:,.0f} rows/s; "
-        f"end-to-end / raw = {rate / raw:.0%}"
+        f"raw chDB insert (JSONEachRow, {args.batch_rows}-row batches, {n} rows): "
+        f"{raw:,.0f} rows/s; end-to-end / raw = {rate / raw:.0%}"
     )
     print(f"load after: {os.getloadavg()}")
 

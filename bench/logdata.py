@@ -20,7 +20,7 @@ def one_log(rng: random.Random, now: float) -> dict[str, Any]:
     log: dict[str, Any] = {
         "timestamp": now + rng.random(),
         "level": level,
-        "body": f"order {rng.randrange(1_000_000)} for user {user} took {rng.random() * 900:.1f} ms",
+        "body": f"order {rng.randrange(10**6)} for user {user} took {rng.random() * 900:.1f} ms",
         "trace_id": f"{rng.getrandbits(128):032x}",
         "attributes": {
             "sentry.message.template": _attr("order {} for user {} took {} ms", "string"),
