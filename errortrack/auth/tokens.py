@@ -24,7 +24,9 @@ from errortrack.models import ApiToken, User
 SECRET_PREFIX = "et_"
 PREFIX_LENGTH = 10
 # last_used_at is written at most this often per token: a busy automation calling the API
-# many times a second must not turn every read into a write.
+# many times a second must not turn every read into a write. The write rides in the
+# request's transaction, so a request that fails (status >= 400) does not record it; a
+# separate transaction would collide with the request's own writer on SQLite.
 LAST_USED_EVERY = dt.timedelta(minutes=1)
 
 
