@@ -101,6 +101,7 @@ class Spool:
                 log.warning("could not adopt spool directory %s: %s", other, exc)
             finally:
                 os.close(fd)
+        _fsync_dir(self.dir)  # make the adopted renames durable before replaying them
         found = sorted(self.dir.glob(f"*{SUFFIX}"))
         for seg in found:
             self._sealed.append(seg)
@@ -131,6 +132,8 @@ class Spool:
             assert self.dir is not None
             name = f"{time.time_ns():020d}-{secrets.token_hex(4)}{SUFFIX}"
             self._current = _Segment(self.dir / name)
+            # The file's own fdatasync does not make its directory entry durable.
+            _fsync_dir(self.dir)
         seg = self._current
         try:
             written = os.write(seg.fd, record)
@@ -219,6 +222,14 @@ class Spool:
     @property
     def size(self) -> int:
         return self._bytes
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _lock(directory: Path) -> int | None:
