@@ -9,8 +9,10 @@ import orjson
 
 from errortrack.api import account, docs, errors, health, projects, team, tokens
 from errortrack.api import ingest as ingest_api
+from errortrack.api import issues as issues_api
 from errortrack.api import logs as logs_api
 from errortrack.api import storage as storage_api
+from errortrack.api import traces as traces_api
 from errortrack.api.auth import Authentication
 from errortrack.api.middleware import DatabaseSessions
 from errortrack.auth.throttle import LoginThrottle
@@ -82,6 +84,15 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
 
     # Management API: logs (read-only), issues, traces (docs/API.md).
     app.add_route("/api/projects/{project_id:int}/logs", logs_api.ProjectLogs(state))
+    issue = "/api/projects/{project_id:int}/issues/{issue_id:int}"
+    app.add_route("/api/projects/{project_id:int}/issues", issues_api.ProjectIssues())
+    app.add_route(issue, issues_api.IssueItem(state))
+    app.add_route(f"{issue}/events", issues_api.IssueEvents(state))
+    app.add_route(f"{issue}/resolve", issues_api.ResolveIssue())
+    app.add_route(f"{issue}/mute", issues_api.MuteIssue())
+    app.add_route(f"{issue}/unresolve", issues_api.UnresolveIssue())
+    trace = "/api/projects/{project_id:int}/traces/{trace_id}"
+    app.add_route(trace, traces_api.ProjectTrace(state))
 
     # The OpenAPI document and Swagger UI, public, only with the openapi feature (else 404).
     if docs.enabled(state.settings):

@@ -1,0 +1,134 @@
+"""Issues over HTTP: list, one issue, its events, status changes (editor+), delete (editor+)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import falcon
+
+from errortrack.api.auth import principal
+from errortrack.api.middleware import session
+from errortrack.api.params import load_query
+from errortrack.api.schemas import api_doc
+from errortrack.api.schemas.issues import (
+    EventPageOut,
+    EventsQuery,
+    EventSummaryOut,
+    IssueOut,
+    IssuePageOut,
+    IssuesQuery,
+)
+from errortrack.auth.permissions import require_project
+from errortrack.issues import read, service
+from errortrack.state import AppState
+
+_TAGS = ("issues",)
+
+
+class ProjectIssues:
+    @api_doc("List a project's issues", query=IssuesQuery, response=IssuePageOut, tags=_TAGS)
+    def on_get(self, req: falcon.Request, resp: falcon.Response, project_id: int) -> None:
+        db = session(req)
+        require_project(db, principal(req), project_id, "read")
+        args = load_query(req, IssuesQuery)
+        page = read.list_issues(db, project_id, **args)
+        resp.media = {**page, "items": IssueOut(many=True).dump(page["items"])}
+
+
+class IssueItem:
+    def __init__(self, state: AppState) -> None:
+        self._state = state
+
+    @api_doc("One issue", response=IssueOut, tags=_TAGS)
+    def on_get(
+        self, req: falcon.Request, resp: falcon.Response, project_id: int, issue_id: int
+    ) -> None:
+        db = session(req)
+        require_project(db, principal(req), project_id, "read")
+        issue = service.get_issue(db, project_id=project_id, issue_id=issue_id)
+        resp.media = IssueOut().dump(read.issue_item(issue))
+
+    @api_doc("Delete an issue and all its events (editor or admin)", status=204, tags=_TAGS)
+    def on_delete(
+        self, req: falcon.Request, resp: falcon.Response, project_id: int, issue_id: int
+    ) -> None:
+        db = session(req)
+        require_project(db, principal(req), project_id, "write")
+        service.delete(db, self._state.clickhouse, project_id=project_id, issue_id=issue_id)
+        resp.status = falcon.HTTP_204
+
+
+class IssueEvents:
+    def __init__(self, state: AppState) -> None:
+        self._state = state
+
+    @api_doc(
+        "An issue's events, newest first, with payloads",
+        query=EventsQuery,
+        response=EventPageOut,
+        tags=_TAGS,
+    )
+    def on_get(
+        self, req: falcon.Request, resp: falcon.Response, project_id: int, issue_id: int
+    ) -> None:
+        db = session(req)
+        require_project(db, principal(req), project_id, "read")
+        service.get_issue(db, project_id=project_id, issue_id=issue_id)  # 404 if not there
+        args = load_query(req, EventsQuery)
+        page = read.issue_events(self._state.clickhouse, project_id, issue_id, args["page"])
+        resp.media = {**page, "items": [_event(e) for e in page["items"]]}
+
+
+def _event(event: dict[str, Any]) -> dict[str, Any]:
+    # The payload is passed through as sent: EventOut's Dict field would copy it deeply.
+    summary: dict[str, Any] = EventSummaryOut().dump(event)
+    return {**summary, "payload": event["payload"]}
+
+
+class _StatusChange:
+    status = ""
+
+    def _change(
+        self, req: falcon.Request, resp: falcon.Response, project_id: int, issue_id: int
+    ) -> None:
+        db = session(req)
+        require_project(db, principal(req), project_id, "write")
+        service.set_status(db, project_id=project_id, issue_id=issue_id, status=self.status)
+        issue = service.get_issue(db, project_id=project_id, issue_id=issue_id)
+        resp.media = IssueOut().dump(read.issue_item(issue))
+
+
+class ResolveIssue(_StatusChange):
+    status = "resolved"
+
+    @api_doc(
+        "Resolve an issue; a new event reopens it (editor or admin)", response=IssueOut, tags=_TAGS
+    )
+    def on_post(
+        self, req: falcon.Request, resp: falcon.Response, project_id: int, issue_id: int
+    ) -> None:
+        self._change(req, resp, project_id, issue_id)
+
+
+class MuteIssue(_StatusChange):
+    status = "muted"
+
+    @api_doc(
+        "Mute an issue; new events are counted, it stays muted (editor or admin)",
+        response=IssueOut,
+        tags=_TAGS,
+    )
+    def on_post(
+        self, req: falcon.Request, resp: falcon.Response, project_id: int, issue_id: int
+    ) -> None:
+        self._change(req, resp, project_id, issue_id)
+
+
+class UnresolveIssue(_StatusChange):
+    status = "unresolved"
+
+    @api_doc("Reopen a resolved or muted issue (editor or admin)", response=IssueOut, tags=_TAGS)
+    def on_post(
+        self, req: falcon.Request, resp: falcon.Response, project_id: int, issue_id: int
+    ) -> None:
+        self._change(req, resp, project_id, issue_id)

@@ -1,0 +1,44 @@
+"""Schema of the trace view: a span tree, the trace's logs and its error events."""
+
+from __future__ import annotations
+
+from marshmallow import Schema, fields
+
+from errortrack.api.schemas.issues import EventSummaryOut
+from errortrack.api.schemas.logs import LogOut
+
+_TIME = {"format": "date-time"}
+
+
+class SpanOut(Schema):
+    span_id = fields.Str(required=True)
+    parent_span_id = fields.Str(required=True, allow_none=True)
+    segment_id = fields.Str(required=True, allow_none=True)
+    segment_name = fields.Str(required=True, allow_none=True)
+    is_segment = fields.Bool(required=True, metadata={"description": "A transaction's root"})
+    op = fields.Str(required=True, allow_none=True)
+    description = fields.Str(required=True, allow_none=True)
+    start_timestamp = fields.Str(required=True, metadata=_TIME)
+    end_timestamp = fields.Str(required=True, metadata=_TIME)
+    duration_ms = fields.Float(required=True)
+    status = fields.Str(required=True, allow_none=True)
+    attributes = fields.Dict(required=True, metadata={"description": "{name: {value, type}}"})
+    children = fields.List(fields.Nested(lambda: SpanOut()), required=True)
+
+
+class TraceOut(Schema):
+    trace_id = fields.Str(required=True)
+    spans = fields.List(
+        fields.Nested(SpanOut),
+        required=True,
+        metadata={"description": "Root spans (no known parent), each with its children"},
+    )
+    span_count = fields.Int(required=True)
+    logs = fields.List(
+        fields.Nested(LogOut), required=True, metadata={"description": "Oldest first"}
+    )
+    events = fields.List(
+        fields.Nested(EventSummaryOut),
+        required=True,
+        metadata={"description": "Error events in this trace, oldest first"},
+    )

@@ -1,0 +1,100 @@
+"""One trace's whole story: its spans as a tree, the logs emitted in it, its error events.
+
+Three queries, each narrowed by the project (the sort key's prefix) and the trace id (a
+bloom filter index on every table), each capped so one huge trace cannot exhaust memory.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import orjson
+
+from errortrack.analytics import ClickHouse
+from errortrack.errors import NotFound
+from errortrack.issues.read import EVENT_COLUMNS, event_item
+from errortrack.logs.query import iso_utc, trace_logs
+
+MAX_SPANS = 10_000
+MAX_LOGS = 1_000
+MAX_EVENTS = 100
+SPAN_COLUMNS = (
+    "span_id, parent_span_id, segment_id, segment_name, is_segment, op, description, "
+    "start_timestamp, duration_us, status, attributes"
+)
+_WHERE = "project_id = {project_id:UInt64} AND trace_id = {trace_id:String}"
+
+
+def trace_story(store: ClickHouse, project_id: int, trace_id: str) -> dict[str, Any]:
+    """404 when the project holds nothing at all for this trace id."""
+    params = {"project_id": project_id, "trace_id": trace_id}
+    spans = store.query_rows(
+        f"SELECT {SPAN_COLUMNS} FROM spans WHERE {_WHERE} "
+        "ORDER BY start_timestamp, span_id LIMIT {limit:UInt32}",
+        {**params, "limit": MAX_SPANS},
+    )
+    events = store.query_rows(
+        f"SELECT {EVENT_COLUMNS} FROM events WHERE {_WHERE} "
+        "ORDER BY timestamp, event_id LIMIT {limit:UInt32}",
+        {**params, "limit": MAX_EVENTS},
+    )
+    logs = trace_logs(store, project_id, trace_id, MAX_LOGS)
+    if not (spans or events or logs):
+        raise NotFound("trace not found")
+    return {
+        "trace_id": trace_id,
+        "spans": span_tree([span_node(row) for row in spans]),
+        "span_count": len(spans),
+        "logs": logs,
+        "events": [event_item(row) for row in events],
+    }
+
+
+def span_node(row: tuple[Any, ...]) -> dict[str, Any]:
+    span_id, parent, segment_id, segment_name, is_segment, op, description, *rest = row
+    start, duration_us, status, attributes = rest
+    return {
+        "span_id": span_id,
+        "parent_span_id": parent or None,
+        "segment_id": segment_id or None,
+        "segment_name": segment_name or None,
+        "is_segment": bool(is_segment),
+        "op": op or None,
+        "description": description or None,
+        "start_timestamp": iso_utc(start),
+        "end_timestamp": iso_utc(start + dt.timedelta(microseconds=duration_us)),
+        "duration_ms": duration_us / 1000,
+        "status": status or None,
+        "attributes": orjson.loads(attributes) if attributes else {},
+        "children": [],
+    }
+
+
+def span_tree(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Children under their parents, in start order. A span whose parent is missing (not
+    sent, or reported elsewhere) becomes a root; so does one whose parent link would close
+    a cycle (SDK data is not trusted to be a tree)."""
+    by_id = {node["span_id"]: node for node in nodes}
+    attached: dict[str, str] = {}  # span id -> the parent it hangs under
+    roots = []
+    for node in nodes:
+        parent = by_id.get(node["parent_span_id"] or "")
+        if parent is None or _reaches(attached, parent["span_id"], node["span_id"]):
+            roots.append(node)
+            continue
+        parent["children"].append(node)
+        attached[node["span_id"]] = parent["span_id"]
+    return roots
+
+
+def _reaches(attached: dict[str, str], start: str, target: str) -> bool:
+    """Whether walking up from ``start`` meets ``target`` (or ``start`` is ``target``)."""
+    seen = set()
+    current: str | None = start
+    while current is not None and current not in seen:
+        if current == target:
+            return True
+        seen.add(current)
+        current = attached.get(current)
+    return False

@@ -1,0 +1,188 @@
+"""Issues and traces over HTTP (in-process app, real SQLite/Postgres and chDB)."""
+
+from __future__ import annotations
+
+import pytest
+
+from errortrack.api.schemas.issues import EventSummaryOut, IssueOut
+from errortrack.api.schemas.traces import TraceOut
+from tests.access_world import build_world
+from tests.issue_data import add_event, add_issue, add_span
+from tests.logs_data import insert_logs, sdk_log
+
+T = "ab" * 16
+
+
+@pytest.fixture
+def world(state, client):
+    return build_world(state, client)
+
+
+def _get(world, caller, path, query=""):
+    return world.client.simulate_get(path, query_string=query, headers=world.headers(caller))
+
+
+def _post(world, caller, path):
+    return world.client.simulate_post(path, headers=world.headers(caller))
+
+
+def test_issue_list_sorted_filtered_paginated(world):
+    p = world.project_id
+    old = add_issue(world.state, p, "old", seen=(0, 10), status="resolved", count=3)
+    new = add_issue(world.state, p, "new", seen=(5, 50), count=7)
+    mid = add_issue(world.state, p, "mid", seen=(1, 20), status="muted")
+    add_issue(world.state, world.add_project(), "elsewhere", seen=(0, 99))
+    page = _get(world, "viewer", f"/api/projects/{p}/issues").json
+    assert [i["id"] for i in page["items"]] == [new, mid, old]
+    assert (page["total_count"], page["total_pages"], page["per_page"]) == (3, 1, 50)
+    first = page["items"][0]
+    assert first == {
+        "id": new,
+        "project_id": p,
+        "title": "new",
+        "culprit": "app.py",
+        "level": "error",
+        "status": "unresolved",
+        "count": 7,
+        "first_seen": "2026-11-01T12:00:05.000000Z",
+        "last_seen": "2026-11-01T12:00:50.000000Z",
+        "fingerprint": first["fingerprint"],
+    }
+    assert IssueOut().validate(first) == {}
+    only = _get(world, "viewer", f"/api/projects/{p}/issues", "status=resolved,muted").json
+    assert [i["id"] for i in only["items"]] == [mid, old]
+    two = _get(world, "viewer", f"/api/projects/{p}/issues", "per_page=2&page=2").json
+    assert [i["id"] for i in two["items"]] == [old] and two["total_pages"] == 2
+    by_count = _get(world, "viewer", f"/api/projects/{p}/issues", "sort=-count").json
+    assert by_count["items"][0]["id"] == new
+    bad = _get(world, "viewer", f"/api/projects/{p}/issues", "status=open")
+    assert bad.status_code == 400 and bad.json["error"]["field"] == "status"
+    assert _get(world, "outsider", f"/api/projects/{p}/issues").status_code == 404
+
+
+def test_one_issue_and_its_events_newest_first(world):
+    p = world.project_id
+    issue = add_issue(world.state, p, "boom")
+    sent = [add_event(world.state, p, issue, at=i, message=f"boom {i}") for i in range(3)]
+    assert _get(world, "viewer", f"/api/projects/{p}/issues/{issue}").json["title"] == "boom"
+    page = _get(world, "viewer", f"/api/projects/{p}/issues/{issue}/events").json
+    assert page["total_count"] == 3
+    assert [e["event_id"] for e in page["items"]] == [e["event_id"] for e in reversed(sent)]
+    newest = page["items"][0]
+    assert newest["payload"] == sent[2]
+    assert newest["timestamp"] == "2026-11-01T12:00:02.000000Z"
+    assert EventSummaryOut().validate({k: v for k, v in newest.items() if k != "payload"}) == {}
+    one = _get(
+        world, "viewer", f"/api/projects/{p}/issues/{issue}/events", "per_page=1&page=3"
+    ).json
+    assert [e["event_id"] for e in one["items"]] == [sent[0]["event_id"]]
+    other = add_issue(world.state, world.add_project(), "not here")
+    assert _get(world, "viewer", f"/api/projects/{p}/issues/{other}").status_code == 404
+    assert _get(world, "viewer", f"/api/projects/{p}/issues/{other}/events").status_code == 404
+    assert _get(world, "viewer", f"/api/projects/{p}/issues/999999").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("action", "status"), [("resolve", "resolved"), ("mute", "muted"), ("unresolve", "unresolved")]
+)
+def test_status_changes_need_editor(world, action, status):
+    p = world.project_id
+    start = "muted" if action == "unresolve" else "unresolved"
+    issue = add_issue(world.state, p, "boom", status=start)
+    path = f"/api/projects/{p}/issues/{issue}/{action}"
+    refused = _post(world, "viewer", path)
+    assert refused.status_code == 403 and refused.json["error"]["code"] == "forbidden"
+    assert _get(world, "viewer", f"/api/projects/{p}/issues/{issue}").json["status"] == start
+    done = _post(world, "editor", path)
+    assert done.status_code == 200 and done.json["status"] == status
+    assert _get(world, "viewer", f"/api/projects/{p}/issues/{issue}").json["status"] == status
+    assert _post(world, "outsider", path).status_code == 404
+    assert _post(world, "editor", f"/api/projects/{p}/issues/999999/{action}").status_code == 404
+
+
+def test_delete_removes_issue_and_events(world):
+    p = world.project_id
+    issue = add_issue(world.state, p, "boom")
+    keep = add_issue(world.state, p, "other")
+    for i in range(2):
+        add_event(world.state, p, issue, at=i)
+    add_event(world.state, p, keep, at=5)
+    path = f"/api/projects/{p}/issues/{issue}"
+    assert world.client.simulate_delete(path, headers=world.headers("viewer")).status_code == 403
+    assert _get(world, "viewer", f"{path}/events").json["total_count"] == 2
+    gone = world.client.simulate_delete(path, headers=world.headers("editor"))
+    assert gone.status_code == 204 and not gone.content
+    assert _get(world, "viewer", path).status_code == 404
+    left = world.state.clickhouse.query_rows(
+        "SELECT issue_id, count() FROM events GROUP BY issue_id"
+    )
+    assert left == [(keep, 1)]
+
+
+def test_trace_story(world):
+    p = world.project_id
+    add_span(world.state, p, T, "a" * 16, at=0, seconds=3, is_segment=True)
+    add_span(world.state, p, T, "b" * 16, "a" * 16, at=1, op="db")
+    add_span(world.state, p, T, "c" * 16, "b" * 16, at=1.5, op="db.query")
+    add_span(world.state, p, T, "d" * 16, "e" * 16, at=2)  # its parent never arrived
+    add_span(world.state, p, "cd" * 16, "f" * 16, at=0)  # another trace
+    insert_logs(
+        world.state.clickhouse,
+        p,
+        [
+            sdk_log("in span", at=1.2, trace_id=T, span_id="b" * 16),
+            sdk_log("outside", at=1.3, trace_id=T),
+        ],
+    )
+    issue = add_issue(world.state, p, "boom")
+    event = add_event(world.state, p, issue, at=1.6, trace_id=T, span_id="c" * 16)
+    resp = _get(world, "viewer", f"/api/projects/{p}/traces/{T}")
+    assert resp.status_code == 200, resp.text
+    story = resp.json
+    assert TraceOut().validate(story) == {}
+    assert [s["span_id"] for s in story["spans"]] == ["a" * 16, "d" * 16]
+    root = story["spans"][0]
+    assert (root["is_segment"], root["segment_name"], root["duration_ms"]) == (
+        True,
+        "GET /checkout",
+        3000.0,
+    )
+    assert root["end_timestamp"] == "2026-11-01T12:00:03.000000Z"
+    child = root["children"][0]
+    assert (child["span_id"], child["op"]) == ("b" * 16, "db")
+    assert [g["span_id"] for g in child["children"]] == ["c" * 16]
+    assert story["span_count"] == 4
+    assert [log["body"] for log in story["logs"]] == ["in span"]
+    assert [(e["event_id"], e["issue_id"], e["span_id"]) for e in story["events"]] == [
+        (event["event_id"], issue, "c" * 16)
+    ]
+    upper = _get(world, "viewer", f"/api/projects/{p}/traces/{T.upper()}")
+    assert upper.status_code == 200
+    missing = _get(world, "viewer", f"/api/projects/{p}/traces/{'0' * 32}")
+    assert missing.status_code == 404 and missing.json["error"]["code"] == "not_found"
+    bad = _get(world, "viewer", f"/api/projects/{p}/traces/xyz")
+    assert bad.status_code == 400 and bad.json["error"]["field"] == "trace_id"
+    assert _get(world, "outsider", f"/api/projects/{p}/traces/{T}").status_code == 404
+    assert (
+        _get(world, "viewer", f"/api/projects/{world.add_project()}/traces/{T}").status_code == 404
+    )
+
+
+def test_span_cycles_do_not_hang_or_lose_spans():
+    from errortrack.traces.story import span_tree
+
+    nodes = [
+        {"span_id": s, "parent_span_id": parent, "children": []}
+        for s, parent in [("a", "b"), ("b", "a"), ("c", "c"), ("d", "a")]
+    ]
+    roots = span_tree(nodes)
+    seen = []
+
+    def walk(node):
+        seen.append(node["span_id"])
+        for child in node["children"]:
+            walk(child)
+
+    for root in roots:
+        walk(root)
+    assert sorted(seen) == ["a", "b", "c", "d"]
