@@ -91,6 +91,23 @@ def _token_id(world: World, owner: str) -> int:
         return int(new.token.id)
 
 
+def _issue(world: World) -> int:
+    """A fresh issue with one event in ``world.project_id`` (rows that change it get their own)."""
+    from tests.issue_data import add_event, add_issue
+
+    issue_id = add_issue(world.state, world.project_id, "boom")
+    add_event(world.state, world.project_id, issue_id, at=1)
+    return issue_id
+
+
+def _trace(world: World) -> str:
+    from tests.issue_data import add_span
+
+    trace_id = "5e" * 16
+    add_span(world.state, world.project_id, trace_id, "a" * 16, is_segment=True)
+    return trace_id
+
+
 P = "/api/projects/{project_id}"
 
 ROWS: list[Row] = [
@@ -259,6 +276,49 @@ ROWS: list[Row] = [
         "401 401 200 200 403 403 403 403",
         lambda w, c: ("POST", "/api/storage/cleanup", {"older_than_days": 30, "dry_run": True}),
         "dry run",
+    ),
+    # Logs, issues and traces (issue 6): read for viewers and up; issue changes for editors.
+    Row(
+        f"GET {P}/logs",
+        "401 401 200 200 404 200 200 200",
+        lambda w, c: ("GET", f"/api/projects/{w.project_id}/logs?level=error,fatal", None),
+    ),
+    Row(
+        f"GET {P}/issues",
+        "401 401 200 200 404 200 200 200",
+        lambda w, c: ("GET", f"/api/projects/{w.project_id}/issues", None),
+    ),
+    Row(
+        f"GET {P}/issues/{{issue_id}}",
+        "401 401 200 200 404 200 200 200",
+        lambda w, c: ("GET", f"/api/projects/{w.project_id}/issues/{_issue(w)}", None),
+    ),
+    Row(
+        f"DELETE {P}/issues/{{issue_id}}",
+        "401 401 204 204 404 403 204 204",
+        lambda w, c: ("DELETE", f"/api/projects/{w.project_id}/issues/{_issue(w)}", None),
+    ),
+    Row(
+        f"GET {P}/issues/{{issue_id}}/events",
+        "401 401 200 200 404 200 200 200",
+        lambda w, c: ("GET", f"/api/projects/{w.project_id}/issues/{_issue(w)}/events", None),
+    ),
+    *[
+        Row(
+            f"POST {P}/issues/{{issue_id}}/{action}",
+            "401 401 200 200 404 403 200 200",
+            lambda w, c, action=action: (
+                "POST",
+                f"/api/projects/{w.project_id}/issues/{_issue(w)}/{action}",
+                None,
+            ),
+        )
+        for action in ("resolve", "mute", "unresolve")
+    ],
+    Row(
+        f"GET {P}/traces/{{trace_id}}",
+        "401 401 200 200 404 200 200 200",
+        lambda w, c: ("GET", f"/api/projects/{w.project_id}/traces/{_trace(w)}", None),
     ),
 ]
 
