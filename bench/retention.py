@@ -108,10 +108,12 @@ def main() -> None:
     today = dt.datetime.now(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     clock = Clock(today)
     workdir = Path(tempfile.mkdtemp(prefix="bench-retention-"))
+    print(f"load average at start: {os.getloadavg()[0]:.1f}")
     try:
         run(args, workdir, today, clock)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        print(f"load average at end: {os.getloadavg()[0]:.1f}")
 
 
 def run(args: argparse.Namespace, workdir: Path, today: dt.datetime, clock: Clock) -> None:
