@@ -31,11 +31,17 @@ PRUNE_EVERY = 500
 
 class GroupingHook:
     def __init__(
-        self, sessions: sessionmaker[Session], *, clock: Clock = utc_now, cache_size: int = 100_000
+        self,
+        sessions: sessionmaker[Session],
+        *,
+        clock: Clock = utc_now,
+        cache_size: int = 100_000,
+        prune_every: int = PRUNE_EVERY,
     ) -> None:
         self.sessions = sessions
         self.clock = clock
         self.cache_size = cache_size
+        self.prune_every = prune_every
         self._cache: dict[Key, int] = {}
         self._calls = 0
 
@@ -62,7 +68,7 @@ class GroupingHook:
         now = self.clock()
         first_time = store.claim_batch(session, token, now)
         self._calls += 1
-        if self._calls % PRUNE_EVERY == 0:
+        if self._calls % self.prune_every == 0:
             store.forget_batches_before(session, now - TOKEN_KEEP)
         if not first_time:
             # A replay is rare: check every id against the database, not the cache.

@@ -200,3 +200,20 @@ def test_delete_removes_the_issue_and_only_its_events(hook, sessions, project_id
     assert set(issues(sessions)) == {"ValueError: boom"}
     with db.unit_of_work(sessions) as session, pytest.raises(NotFound):
         service.delete(session, clickhouse, project_id=project_id, issue_id=doomed)
+
+
+def test_a_new_issue_is_named_after_its_earliest_event(hook, sessions, project_id):
+    rows = event_rows(project_id, ("KeyError", 5), ("KeyError", 1))
+    rows[0]["title"], rows[1]["title"] = "KeyError: later", "KeyError: earliest"
+    hook(rows, "b1")
+    assert set(issues(sessions)) == {"KeyError: earliest"}
+
+
+def test_old_batch_tokens_are_pruned(sessions, clock, project_id):
+    hook = GroupingHook(sessions, clock=clock, prune_every=2)
+    hook(event_rows(project_id, ("KeyError", 1)), "old")
+    clock.advance(days=8)
+    hook(event_rows(project_id, ("KeyError", 2)), "new")
+    with db.unit_of_work(sessions) as session:
+        assert set(session.scalars(sa.select(GroupedBatch.token))) == {"new"}
+    assert issues(sessions)["KeyError: boom"].event_count == 2
