@@ -148,11 +148,10 @@ def add_counts(session: Session, counts: dict[Key, tuple[int, Group]]) -> set[Ke
     result = session.connection().execute(_ADD_COUNTS, params)
     if result.rowcount == len(params):
         return set()
-    present = set(
-        session.execute(
-            sa.select(Issue.project_id, Issue.fingerprint, Issue.id).where(
-                Issue.id.in_([i for i, _ in counts.values()])
-            )
+    rows = session.execute(
+        sa.select(Issue.project_id, Issue.fingerprint, Issue.id).where(
+            Issue.id.in_([i for i, _ in counts.values()])
         )
     )
+    present = {tuple(row) for row in rows}
     return {k for k, (i, _) in counts.items() if (k[0], k[1], i) not in present}
