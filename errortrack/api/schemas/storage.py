@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from typing import Any
+
 from marshmallow import Schema, fields, validate
 
 from errortrack.storage.cleanup import MAX_DAYS
@@ -9,13 +12,23 @@ from errortrack.storage.cleanup import MAX_DAYS
 TABLES = ("logs", "events", "spans")
 
 
+class _UTC(fields.DateTime):
+    """ClickHouse hands DateTime64 back naive (in UTC); without an offset the text is not
+    an RFC 3339 date-time as documented (found by tests/e2e/test_schemathesis.py)."""
+
+    def _serialize(self, value: Any, attr: Any, obj: Any, **kwargs: Any) -> Any:
+        if isinstance(value, dt.datetime) and value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return super()._serialize(value, attr, obj, **kwargs)
+
+
 class FiguresOut(Schema):
     rows = fields.Int(required=True)
     bytes_on_disk = fields.Int(required=True)
     compressed_bytes = fields.Int(required=True)
     uncompressed_bytes = fields.Int(required=True)
-    oldest = fields.DateTime(allow_none=True, metadata={"description": "Oldest row (UTC)"})
-    newest = fields.DateTime(allow_none=True, metadata={"description": "Newest row (UTC)"})
+    oldest = _UTC(allow_none=True, metadata={"description": "Oldest row (UTC)"})
+    newest = _UTC(allow_none=True, metadata={"description": "Newest row (UTC)"})
 
 
 class TableOut(FiguresOut):
