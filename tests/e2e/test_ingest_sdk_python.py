@@ -29,7 +29,10 @@ EXPECTED_ATTRS = {
 def test_python_sdk_logs_land_field_by_field(tmp_path):
     data = tmp_path / "data"
     with scratch_database(tmp_path) as url:
-        server = Server(server_env(data, url)).start()
+        # A batch age of 10 minutes: the rows can only reach ClickHouse through the
+        # worker's exit hook, which this test therefore checks too.
+        env = server_env(data, url, ERRORTRACK_WRITER_MAX_AGE_MS="600000")
+        server = Server(env).start()
         try:
             pid, key = create_project_in(url)
             done = subprocess.run(
