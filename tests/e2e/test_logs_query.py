@@ -247,3 +247,22 @@ def test_page_request_limits(kwargs, field):
     with pytest.raises(ValidationError) as err:
         PageRequest(**kwargs)
     assert err.value.field == field
+
+
+def test_numeric_filter_on_a_name_never_sent_as_string(clickhouse):
+    # The string map is then left out of the query; the answer must not change.
+    insert_logs(
+        clickhouse,
+        9,
+        [
+            sdk_log("a", at=1, code=503),
+            sdk_log("b", at=2, code=200),
+            sdk_log("c", at=3, other="503"),
+        ],
+    )
+    f = LogFilter(attributes=(AttrFilter("code", ("503", "x")),))
+    assert _bodies(clickhouse, f, project_id=9) == ["a"]
+    f = LogFilter(attributes=(AttrFilter("other", ("503",)),))
+    assert _bodies(clickhouse, f, project_id=9) == ["c"]
+    f = LogFilter(attributes=(AttrFilter("absent", ("1",)),))
+    assert _bodies(clickhouse, f, project_id=9) == []
