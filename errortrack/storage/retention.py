@@ -9,7 +9,10 @@ row-by-row mutations):
    ``retention_days``, so the expiry of a partition is exact and dropping it is free;
 2. with a disk cap, while ClickHouse's bytes on disk (logs + events + spans) exceed it,
    drops the oldest day of all three tables, never today's;
-3. removes issues whose events are all gone (``errortrack.storage.issues``).
+3. removes issues whose events are all gone (``errortrack.storage.issues``) -- only
+   those already found without events by the previous pass. An issue is written by the
+   ingest writer just before its events reach ClickHouse; if an SDK sent an old
+   timestamp, one pass could fall in between. Two passes an interval apart cannot.
 
 Every removal is logged. In server mode each worker (and each app instance) runs its
 own pass; that is harmless because every step is idempotent.
@@ -45,10 +48,17 @@ class PassReport:
     over_cap: list[tables.Partition] = dataclasses.field(default_factory=list)
     bytes_after: int = 0
     issues_removed: int = 0
+    # Issues without events found by this pass: removed by the next one if still so.
+    orphans: frozenset[int] = frozenset()
 
 
 def run_pass(
-    session: Session, store: ClickHouse, *, now: dt.datetime, disk_cap_bytes: int = 0
+    session: Session,
+    store: ClickHouse,
+    *,
+    now: dt.datetime,
+    disk_cap_bytes: int = 0,
+    seen_orphans: frozenset[int] = frozenset(),
 ) -> PassReport:
     report = PassReport()
     remaining = []
@@ -62,9 +72,8 @@ def run_pass(
     if disk_cap_bytes > 0:
         report.over_cap = _enforce_cap(store, remaining, disk_cap_bytes, now.date())
         report.bytes_after -= sum(p.bytes_on_disk for p in report.over_cap)
-    report.issues_removed = issues.remove(
-        session, issues.orphaned(session, store, last_seen_before=now - ISSUE_GRACE)
-    )
+    report.orphans = frozenset(issues.orphaned(session, store, last_seen_before=now - ISSUE_GRACE))
+    report.issues_removed = issues.remove(session, sorted(report.orphans & seen_orphans))
     _log(report, disk_cap_bytes)
     return report
 
@@ -144,13 +153,18 @@ class RetentionJob:
 def build_job(state: AppState) -> RetentionJob:
     """The job the composition root adds to ``state.background``."""
 
+    seen: list[frozenset[int]] = [frozenset()]
+
     def one_pass() -> PassReport:
         with db.unit_of_work(state.sessions) as session:
-            return run_pass(
+            report = run_pass(
                 session,
                 state.clickhouse,
                 now=state.clock(),
                 disk_cap_bytes=state.settings.disk_cap_bytes,
+                seen_orphans=seen[0],
             )
+        seen[0] = report.orphans
+        return report
 
     return RetentionJob(one_pass, interval=state.settings.retention_interval_seconds)

@@ -87,10 +87,33 @@ def test_pass_removes_issues_left_without_events(clickhouse, sessions, today):
         s.flush()
         kept = s.scalar(sa.select(Issue.id).where(Issue.fingerprint == "kept"))
     rows.add_events(clickhouse, pid, [today - 5 * D], issue_id=kept)
-    assert _pass(sessions, clickhouse, today).issues_removed == 1
+    with sessions() as s:
+        gone = s.scalar(sa.select(Issue.id).where(Issue.fingerprint == "gone"))
+    # The first pass only notes it: its events might still be on their way.
+    first = _pass(sessions, clickhouse, today)
+    assert (first.issues_removed, first.orphans) == (0, {gone})
+    with db.unit_of_work(sessions) as s:
+        second = retention.run_pass(s, clickhouse, now=today, seen_orphans=first.orphans)
+    assert second.issues_removed == 1
     with sessions() as s:
         # "new" has no event yet either, but it is within the grace period.
         assert set(s.scalars(sa.select(Issue.fingerprint))) == {"kept", "new"}
+
+
+def test_an_issue_whose_events_arrive_between_passes_stays(clickhouse, sessions, today):
+    with db.unit_of_work(sessions) as s:
+        pid = create_project(s, name="p").id
+        late = Issue(project_id=pid, fingerprint="late", title="late",
+                     first_seen=today - 5 * D, last_seen=today - 5 * D)  # fmt: skip
+        s.add(late)
+        s.flush()
+        late_id = late.id
+    first = _pass(sessions, clickhouse, today)
+    assert first.orphans == {late_id}
+    rows.add_events(clickhouse, pid, [today - 5 * D], issue_id=late_id)  # the writer catches up
+    with db.unit_of_work(sessions) as s:
+        second = retention.run_pass(s, clickhouse, now=today, seen_orphans=first.orphans)
+    assert second.issues_removed == 0 and second.orphans == frozenset()
 
 
 def test_job_runs_every_interval_survives_failures_and_stops():
