@@ -112,6 +112,7 @@ def load(store: ClickHouse, rows: int, *, reload: bool = False) -> None:
     have = int(store.query_rows("SELECT count() FROM logs")[0][0])
     if have == rows and not reload:
         print(f"reusing {have:,} logs")
+        _wait_for_mutations(store)  # new migrations materialise indexes in the background
         return
     store.command("TRUNCATE TABLE logs")
     end_us = int(time.time() * 1e6)
@@ -127,3 +128,10 @@ def load(store: ClickHouse, rows: int, *, reload: bool = False) -> None:
     # Let background merges settle the way a server's table looks after a while.
     store.command("OPTIMIZE TABLE logs FINAL")
     print(f"loaded {rows:,} logs in {time.monotonic() - began:.0f}s")
+
+
+def _wait_for_mutations(store: ClickHouse) -> None:
+    while store.query_rows(
+        "SELECT count() FROM system.mutations WHERE database = currentDatabase() AND NOT is_done"
+    )[0][0]:
+        time.sleep(1)

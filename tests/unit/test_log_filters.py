@@ -87,3 +87,12 @@ def test_values_are_bound_not_formatted():
     assert params["text"] == "%x' or 1=1 --%"
     assert params["a0_attr_int"] == [7] and params["a0_attr_bool"] == [True]
     assert "a0_attr_float" in params and params["a0_name"] == evil
+    # Maps known not to hold the name are left out; none left matches nothing.
+    absent = frozenset({(evil, "attr_string"), (evil, "attr_float")})
+    sql, params = where_clause(7, f, absent=absent)
+    assert "attr_string" not in sql and "attr_float" not in sql and "attr_int" in sql
+    only = LogFilter(attributes=(AttrFilter("n", ("7",)),))
+    sql, _ = where_clause(
+        7, only, absent=frozenset((("n", "attr_string"), ("n", "attr_int"), ("n", "attr_float")))
+    )
+    assert sql.endswith(" AND 0")
