@@ -87,3 +87,18 @@ def test_every_operation_conforms(served):
             details = [str(e) for e in getattr(exc, "exceptions", [exc])]
             failures.append(f"{operation.method.upper()} {operation.path}: " + "\n".join(details))
     assert not failures, "\n\n".join(failures)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/projects", {"name": "a\x00b"}, "name"),
+        ("/api/tokens", {"description": "ci\x00"}, "description"),
+    ],
+)
+def test_found_by_schemathesis_nul_in_text_is_400(served, path, body, field):
+    """Postgres text cannot hold NUL: these were 500s on Postgres before."""
+    world, _ = served
+    resp = world.call("primary", "POST", path, body)
+    assert resp.status_code == 400, resp.text
+    assert resp.json["error"]["field"] == field

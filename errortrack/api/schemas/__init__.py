@@ -69,11 +69,31 @@ def load(req: falcon.Request, schema: SchemaClass) -> dict[str, Any]:
         raise BadRequest("request body is not valid JSON") from None
     if not isinstance(media, dict):
         raise BadRequest("request body must be a JSON object")
+    bad = _field_with_nul(media)
+    if bad is not None:
+        # Postgres text cannot hold NUL: refuse it here rather than fail with a 500 there
+        # (found by tests/e2e/test_schemathesis.py on Postgres).
+        raise ValidationError(f"{bad}: text may not contain NUL characters", field=bad)
     try:
         data: dict[str, Any] = schema().load(media)
     except marshmallow.ValidationError as exc:
         raise _first_error(exc) from None
     return data
+
+
+def _field_with_nul(media: dict[str, Any]) -> str | None:
+    """The top-level field whose value (at any depth) holds a string with a NUL."""
+
+    def has_nul(value: Any) -> bool:
+        if isinstance(value, str):
+            return "\x00" in value
+        if isinstance(value, dict):
+            return any(has_nul(k) or has_nul(v) for k, v in value.items())
+        if isinstance(value, list):
+            return any(has_nul(v) for v in value)
+        return False
+
+    return next((str(k) for k, v in media.items() if has_nul(k) or has_nul(v)), None)
 
 
 def _first_error(exc: marshmallow.ValidationError) -> ValidationError:
