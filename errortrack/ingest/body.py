@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
-from typing import Protocol
+from typing import IO, Protocol, cast
 
 import brotli
 import zstandard
@@ -68,23 +68,11 @@ def _brotli_step() -> Step:
     return step
 
 
-def _zstd_step() -> Step:
-    decoder = zstandard.ZstdDecompressor().decompressobj()
-
-    def step(data: bytes, limit: int) -> bytes:
-        # zstandard cannot bound one call's output; the caller's cap check right after
-        # still stops the request, and a zstd frame's window is bounded by the library.
-        return bytes(decoder.decompress(data)) if data else b""
-
-    return step
-
-
 DECODERS: dict[str, Callable[[], Step]] = {
     "gzip": lambda: _zlib_step(16 + zlib.MAX_WBITS),
     "x-gzip": lambda: _zlib_step(16 + zlib.MAX_WBITS),
     "deflate": _deflate_step,
     "br": _brotli_step,
-    "zstd": _zstd_step,
 }
 
 
@@ -94,13 +82,16 @@ def read_body(stream: Readable, encoding: str | None, cap: int) -> bytes:
     if encoding == "identity":
         return _read_plain(stream, cap)
     factory = DECODERS.get(encoding)
-    if factory is None:
+    if factory is None and encoding != "zstd":
         raise BadRequest(
             f"unsupported Content-Encoding {encoding!r}; "
             "use gzip, x-gzip, deflate, br, zstd or none",
             field="Content-Encoding",
         )
     try:
+        if encoding == "zstd":
+            return _read_zstd(stream, cap)
+        assert factory is not None
         return _read_decoded(stream, factory(), cap, encoding)
     except (zlib.error, brotli.error, zstandard.ZstdError) as exc:
         raise BadRequest(f"body is not valid {encoding}: {exc}") from None
@@ -139,3 +130,37 @@ def _read_decoded(stream: Readable, step: Step, cap: int, encoding: str) -> byte
             data = b""
         if not chunk:
             return b"".join(parts)
+
+
+class _CappedInput:
+    """The compressed bytes as zstandard's stream reader pulls them, capped too."""
+
+    def __init__(self, stream: Readable, cap: int) -> None:
+        self.stream = stream
+        self.cap = cap
+        self.read_bytes = 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        chunk = self.stream.read(CHUNK if size < 0 else min(size, CHUNK))
+        self.read_bytes += len(chunk)
+        if self.read_bytes > self.cap:
+            raise _too_large(self.cap)
+        return chunk
+
+
+def _read_zstd(stream: Readable, cap: int) -> bytes:
+    # zstandard's decompressobj cannot bound one call's output (a tiny frame of RLE
+    # blocks expands enormously); its stream reader can, when it pulls the input itself
+    # (fed piecemeal, it would take an empty read for the end of the input).
+    source = cast(IO[bytes], _CappedInput(stream, cap))  # zstandard only calls read()
+    reader = zstandard.ZstdDecompressor().stream_reader(
+        source, read_size=CHUNK, read_across_frames=True
+    )
+    parts: list[bytes] = []
+    size = 0
+    while out := reader.read(min(CHUNK, cap - size + 1)):
+        size += len(out)
+        if size > cap:
+            raise _too_large(cap)
+        parts.append(out)
+    return b"".join(parts)

@@ -15,16 +15,23 @@ DATA = b'{"event_id":"x"}\n' + b'{"type":"log"}\n{"items":[]}\n' * 20_000
 
 
 class Trickle(io.BytesIO):
-    """Returns at most 1000 bytes per read, like a slow chunked upload."""
+    """Returns at most 37 bytes per read, like a slow chunked upload."""
 
     def read(self, size: int = -1, /) -> bytes:
-        return super().read(min(size, 1000) if size >= 0 else 1000)
+        return super().read(min(size, 37) if size >= 0 else 37)
 
 
 @pytest.mark.parametrize("encoding", [*sorted(ENCODERS), None])
 def test_each_encoding_round_trips(encoding):
     encoded = ENCODERS[encoding or "identity"](DATA)
     assert read_body(Trickle(encoded), encoding, len(DATA)) == DATA
+
+
+def test_zstd_with_several_frames():
+    import zstandard
+
+    two = zstandard.ZstdCompressor().compress(DATA) + zstandard.ZstdCompressor().compress(b"end")
+    assert read_body(Trickle(two), "zstd", 2 * len(DATA)) == DATA + b"end"
 
 
 def test_raw_deflate_is_accepted_too():
