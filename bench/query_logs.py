@@ -9,7 +9,8 @@
    70% of logs inside a trace (8 logs per trace), SDK-like typed attributes. A second
    run reuses the data unless ``--reload``.
 2. For each case, alternates an API call and the raw ClickHouse queries, each with
-   fresh random parameters (another project, trace, order id, user), ``--runs`` times:
+   fresh random parameters (another project; a trace, an order id or a user picked
+   from the stored data, so that every lookup finds rows), ``--runs`` times:
    - API: ``GET /api/projects/<id>/logs?...`` through the real Falcon app in this process
      (WSGI, ``falcon.testing``): bearer-token authentication, the permission check on
      SQLite, query parsing, both ClickHouse queries, JSON encoding. No socket.
@@ -101,6 +102,12 @@ def cases(store: ClickHouse) -> list[Case]:
         )
     )
 
+    # Order ids and users that exist, with their project, spread over the whole week.
+    sampled = store.query_rows(
+        "SELECT project_id, extract(body, 'order ([0-9]{6})'), attr_string['user.id'] "
+        "FROM logs WHERE cityHash64(id) % 2000 = 0 AND body LIKE '%order %' LIMIT 2000"
+    )
+
     def newest(rng):
         p = _project(rng)
         return {"p": p, "q": ""}, *_raw(f"project_id = {p}")
@@ -121,15 +128,13 @@ def cases(store: ClickHouse) -> list[Case]:
         return {"p": p, "q": "page=100"}, *_raw(f"project_id = {p}", offset=99 * 50)
 
     def body(rng):
-        p = _project(rng)
-        order = rng.randrange(100_000, 1_000_000)
+        p, order, _ = rng.choice(sampled)
         return {"p": p, "q": f"q=order {order}"}, *_raw(
             f"project_id = {p} AND lower(body) LIKE '%order {order}%'"
         )
 
     def attr_user(rng):
-        p = _project(rng)
-        user = f"u-{rng.randrange(50_000)}"
+        p, _, user = rng.choice(sampled)
         return {"p": p, "q": f"attr[user.id]={user}"}, *_raw(
             f"project_id = {p} AND mapContains(attr_string, 'user.id') "
             f"AND attr_string['user.id'] = '{user}'"
