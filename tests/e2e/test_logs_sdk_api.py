@@ -35,6 +35,7 @@ class Sent:
     project_id: int
     other_project_id: int
     viewer: dict[str, str]
+    editor: dict[str, str]
     stranger: dict[str, str]
     logs: list[dict[str, Any]]  # as on the wire, oldest first
 
@@ -51,11 +52,13 @@ class Sent:
         return [item["body"] for item in resp.json()["items"]]
 
 
-def _member_with_token(session: Any, email: str, project_id: int) -> dict[str, str]:
+def _member_with_token(
+    session: Any, email: str, project_id: int, role: str = "viewer"
+) -> dict[str, str]:
     user = User(email=email, password_hash="x", role="member")
     session.add(user)
     session.flush()
-    session.add(ProjectMember(project_id=project_id, user_id=user.id, role="viewer"))
+    session.add(ProjectMember(project_id=project_id, user_id=user.id, role=role))
     now = dt.datetime.now(dt.UTC)
     secret = create_token(session, user_id=user.id, description="e2e", now=now).secret
     return {"Authorization": f"Bearer {secret}"}
@@ -75,6 +78,7 @@ def sent(tmp_path_factory: pytest.TempPathFactory) -> Any:
                 assert key is not None
                 public_key = key.public_key
                 viewer = _member_with_token(s, "viewer@example.com", project.id)
+                editor = _member_with_token(s, "editor@example.com", project.id, "editor")
                 stranger = _member_with_token(s, "stranger@example.com", other.id)
                 ids = (project.id, other.id)
             done = subprocess.run(
@@ -85,7 +89,7 @@ def sent(tmp_path_factory: pytest.TempPathFactory) -> Any:
             )
             assert done.returncode == 0, done.stderr
             logs = [orjson.loads(line) for line in done.stdout.splitlines()]
-            result = Sent(server.url, ids[0], ids[1], viewer, stranger, logs)
+            result = Sent(server.url, ids[0], ids[1], viewer, editor, stranger, logs)
             _wait_until_listed(result, len(logs))
             yield result
         finally:
@@ -221,3 +225,50 @@ def test_logs_are_read_only(sent: Sent):
         )
         assert resp.status_code == 405, method
     assert sent.get().json()["total_count"] == 9
+
+
+def _poll(url: str, headers: dict[str, str], done: Any, timeout: float = 20) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        resp = httpx.get(url, headers=headers, timeout=10)
+        body = resp.json()
+        if (resp.status_code == 200 and done(body)) or time.monotonic() > deadline:
+            return body
+        time.sleep(0.2)
+
+
+def test_trace_issue_and_events_from_the_real_sdk(sent: Sent):
+    """The error captured inside the span: one story for the trace, one issue to act on."""
+    base = f"{sent.url}/api/projects/{sent.project_id}"
+    trace_id, span_id = sent.logs[-1]["trace_id"], sent.logs[-1]["span_id"]
+    story = _poll(
+        f"{base}/traces/{trace_id}",
+        sent.viewer,
+        lambda b: b.get("events") and b.get("span_count", 0) >= 2,
+    )
+    assert story["span_count"] == 2, story
+    (root,) = story["spans"]
+    assert (root["is_segment"], root["op"], root["parent_span_id"]) == (True, "http.server", None)
+    (child,) = root["children"]
+    assert (child["span_id"], child["op"], child["parent_span_id"]) == (
+        span_id,
+        "db",
+        root["span_id"],
+    )
+    assert [log["body"] for log in story["logs"]] == ["in span one", "in span two"]
+    (event,) = story["events"]
+    assert (event["span_id"], event["trace_id"]) == (span_id, trace_id)
+
+    issues = httpx.get(f"{base}/issues", headers=sent.viewer, timeout=10).json()
+    (issue,) = issues["items"]
+    assert (issue["id"], issue["count"], issue["status"]) == (event["issue_id"], 1, "unresolved")
+    assert "card declined" in issue["title"]
+    events = httpx.get(f"{base}/issues/{issue['id']}/events", headers=sent.viewer, timeout=10)
+    (full,) = events.json()["items"]
+    assert full["event_id"] == event["event_id"]
+    assert full["payload"]["exception"]["values"][-1]["value"] == "card declined"
+
+    resolve = f"{base}/issues/{issue['id']}/resolve"
+    assert httpx.post(resolve, headers=sent.viewer, timeout=10).status_code == 403
+    done = httpx.post(resolve, headers=sent.editor, timeout=10)
+    assert done.status_code == 200 and done.json()["status"] == "resolved"

@@ -51,6 +51,10 @@ def main() -> None:
         sentry_sdk.logger.info("in span one", attributes={"http.status_code": 503})
         time.sleep(0.03)
         sentry_sdk.logger.error("in span two", attributes={"http.status_code": "503"})
+        try:
+            raise ValueError("card declined")
+        except ValueError as exc:  # an error event in the same span: the trace's story
+            sentry_sdk.capture_exception(exc)
     sentry_sdk.flush(timeout=10)
 
 
