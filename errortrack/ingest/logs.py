@@ -75,7 +75,7 @@ def _row(
         # orjson keeps every JSON type (a string "7" stays a string), so the attributes
         # come back exactly as sent.
         "attributes": orjson.dumps(attributes).decode(),
-        **_typed_maps(attributes),
+        **typed_maps(attributes),
         "retention_days": retention,
     }
 
@@ -105,7 +105,7 @@ def _trace_and_span(log: dict[str, Any], attributes: dict[str, Any]) -> tuple[st
     return (trace_id if isinstance(trace_id, str) else ""), span_id
 
 
-def _typed_maps(attributes: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def typed_maps(attributes: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each attribute in the map of its declared type, for filtering.
 
     Arrays (and unknown types) go to attr_string as JSON text so that they stay

@@ -12,8 +12,7 @@ from typing import Any
 
 import orjson
 
-from errortrack.ingest.logs import INT64_MAX, INT64_MIN
-from errortrack.ingest.logs import _typed_maps as typed_maps
+from errortrack.ingest.logs import INT64_MAX, INT64_MIN, typed_maps
 
 
 def infer_type(value: Any) -> str | None:

@@ -11,7 +11,7 @@ from errortrack.app import create_app
 from errortrack.models import Issue
 from tests.ingest_support import make_project, sentry_auth
 
-FIXTURES = Path("/work/shared/fixtures/sdk-envelopes")
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sdk-envelopes"
 ERRORS = [
     "python/0006_c_exception_message.envelope",
     "python/0007_c_exception_message.envelope",

@@ -14,7 +14,7 @@ from errortrack.issues.fingerprint import fingerprint, hash_parts
 from errortrack.traces.spans_v2 import handle_span
 from errortrack.traces.transactions import handle_transaction
 
-FIXTURES = Path("/work/shared/fixtures/sdk-envelopes")
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sdk-envelopes"
 RECEIVED = dt.datetime(2026, 11, 22, 3, 0, tzinfo=dt.UTC)
 HANDLERS = {"event": handle_event, "transaction": handle_transaction, "span": handle_span}
 
