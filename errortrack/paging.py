@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from errortrack.errors import ValidationError
@@ -52,3 +52,28 @@ def page_body(items: Sequence[Any], total: int, request: PageRequest) -> dict[st
         "per_page": request.per_page,
         "total_pages": math.ceil(total / request.per_page),
     }
+
+
+def parse_choices(
+    raw: Iterable[str],
+    allowed: Sequence[str],
+    *,
+    field: str,
+    aliases: Mapping[str, str] | None = None,
+) -> tuple[str, ...]:
+    """A list filter given as ``x=a&x=b`` or ``x=a,b`` alike; order kept, no repeats.
+
+    Any value outside ``allowed`` (after ``aliases``) is a 400 naming ``field``."""
+    found: list[str] = []
+    for chunk in raw:
+        for part in chunk.split(","):
+            name = part.strip().lower()
+            name = (aliases or {}).get(name, name)
+            if name not in allowed:
+                raise ValidationError(
+                    f"{field} must be one of {', '.join(allowed)}, not {part.strip()!r}",
+                    field=field,
+                )
+            if name not in found:
+                found.append(name)
+    return tuple(found)

@@ -17,7 +17,7 @@ from errortrack.analytics import ClickHouse
 from errortrack.errors import ValidationError
 from errortrack.logs.query import iso_utc
 from errortrack.models import ISSUE_STATUSES, Issue
-from errortrack.paging import PageRequest, page_body
+from errortrack.paging import PageRequest, page_body, parse_choices
 
 # Every order ends on the id so that pages never overlap when times are equal.
 ISSUE_SORTS: dict[str, tuple[sa.ColumnElement[Any], ...]] = {
@@ -34,18 +34,7 @@ EVENT_COLUMNS = (
 
 def parse_statuses(raw: Iterable[str]) -> tuple[str, ...]:
     """``status=resolved&status=muted`` or ``status=resolved,muted``."""
-    found: list[str] = []
-    for chunk in raw:
-        for part in chunk.split(","):
-            name = part.strip().lower()
-            if name not in ISSUE_STATUSES:
-                raise ValidationError(
-                    f"status must be one of {', '.join(ISSUE_STATUSES)}, not {part.strip()!r}",
-                    field="status",
-                )
-            if name not in found:
-                found.append(name)
-    return tuple(found)
+    return parse_choices(raw, ISSUE_STATUSES, field="status")
 
 
 def issue_item(issue: Issue) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from errortrack.errors import ValidationError
 from errortrack.ingest.logs import SEVERITY
+from errortrack.paging import parse_choices
 
 # The six levels SDKs send; ingest derives severity_number from them (ARCHITECTURE.md
 # "Logs") and filtering and sorting use that number, never the text.
@@ -64,19 +65,7 @@ class LogFilter:
 
 def parse_levels(raw: Iterable[str]) -> tuple[str, ...]:
     """``level=error&level=fatal`` and ``level=error,fatal`` alike; order kept, no repeats."""
-    levels: list[str] = []
-    for chunk in raw:
-        for part in chunk.split(","):
-            name = part.strip().lower()
-            name = _LEVEL_ALIASES.get(name, name)
-            if name not in SEVERITY:
-                raise ValidationError(
-                    f"level must be one of {', '.join(LEVELS)}, not {part.strip()!r}",
-                    field="level",
-                )
-            if name not in levels:
-                levels.append(name)
-    return tuple(levels)
+    return parse_choices(raw, LEVELS, field="level", aliases=_LEVEL_ALIASES)
 
 
 def parse_trace_id(raw: str) -> str:
