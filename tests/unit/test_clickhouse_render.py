@@ -48,3 +48,12 @@ def test_cluster_renders_alters_for_local_and_distributed_columns():
         "ALTER TABLE logs ON CLUSTER 'c' ADD COLUMN IF NOT EXISTS x String",
         "ALTER TABLE logs_local ON CLUSTER 'c' ADD INDEX IF NOT EXISTS i x TYPE bloom_filter GRANULARITY 1",
     ]
+
+
+def test_every_ddl_file_renders_for_a_cluster():
+    """A new file the renderer cannot translate must fail here, not on a production cluster."""
+    for m in migrate.load():
+        for stmt in migrate.render(m, database="et", cluster="c"):
+            assert "ON CLUSTER 'c'" in stmt, (m.name, stmt)
+            table = stmt.split()[5] if stmt.startswith("CREATE") else stmt.split()[2]
+            assert table.endswith("_local") or "ENGINE = Distributed" in stmt, (m.name, stmt)
