@@ -55,6 +55,39 @@ def test_concurrent_appends_share_fsyncs(tmp_path):
     )
 
 
+def test_seals_racing_group_commits_lose_and_repeat_nothing(tmp_path):
+    # Appends seal at 7 rows while another thread seals by age all the time: every
+    # waiter must be woken (no hang) and every record be in exactly one sealed segment.
+    spool = _spool(tmp_path, batch_rows=7)
+    stop = threading.Event()
+
+    def send(i: int) -> None:
+        for j in range(40):
+            spool.append({"logs": f'{{"n":{i * 100 + j}}}\n'.encode()}, 1)
+
+    def sealer() -> None:
+        while not stop.is_set():
+            spool.seal_due(0.0)
+
+    senders = [threading.Thread(target=send, args=(i,)) for i in range(12)]
+    ager = threading.Thread(target=sealer)
+    ager.start()
+    for t in senders:
+        t.start()
+    for t in senders:
+        t.join(timeout=30)
+        assert not t.is_alive()
+    stop.set()
+    ager.join()
+    spool.seal()
+    lines = []
+    for path in spool.sealed():
+        lines += records.decode(path.read_bytes())[0].get("logs", b"").splitlines()
+    assert sorted(lines) == sorted(
+        f'{{"n":{i * 100 + j}}}'.encode() for i in range(12) for j in range(40)
+    )
+
+
 def test_segment_seals_at_batch_rows_and_writer_deletes_after_insert(tmp_path):
     spool = _spool(tmp_path, batch_rows=3)
     inserted = []
