@@ -16,6 +16,9 @@ import click
 from errortrack import relational
 from errortrack.config import Settings, SettingsError
 
+# Measured with bench/ingest_logs.py (bench/RESULTS.md, "Request-path tuning").
+CHDB_MALLOC_CONF = "dirty_decay_ms:500"
+
 
 def _settings() -> Settings:
     try:
@@ -190,6 +193,10 @@ def serve(host: str, port: int, workers: int | None, threads: int) -> None:
     settings = _settings()
     lock = _take_data_dir(settings)
     _log_to_stderr(settings.log_level)
+    # chDB's allocator (jemalloc, read from this variable when the worker loads chDB)
+    # keeps freed pages for 5 s by default; under ingest each insert frees tens of MB,
+    # so the worker's peak RSS grew with that backlog. An explicit value wins.
+    os.environ.setdefault("JE_MALLOC_CONF", CHDB_MALLOC_CONF)
     # Migrations run in a child process: chDB must not be opened in the process that
     # forks the workers, and the child releases the engine when it exits. The child is
     # told that the data-dir lock it sees is its parent's.
