@@ -17,8 +17,6 @@
 from __future__ import annotations
 
 import collections
-import contextlib
-import fcntl
 import logging
 import os
 import secrets
@@ -28,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from errortrack.errors import Unavailable
-from errortrack.spool import records
+from errortrack.spool import ownership, records
 
 log = logging.getLogger(__name__)
 SUFFIX = ".seg"
@@ -86,7 +84,7 @@ class Spool:
             name = f"w-{os.getpid()}-{secrets.token_hex(4)}"
             staging = self.root / f".new-{name}"
             staging.mkdir()
-            self._lock_file = _lock(staging)
+            self._lock_file = ownership.lock(staging)
             assert self._lock_file is not None
             self.dir = staging.rename(self.root / name)
             self._adopt_orphans()
@@ -101,25 +99,7 @@ class Spool:
 
     def _adopt_orphans(self) -> None:
         assert self.dir is not None
-        for other in sorted(self.root.glob("w-*")):
-            if other == self.dir or not other.is_dir():
-                continue
-            fd = _lock(other)
-            if fd is None:
-                continue  # a live process owns it
-            try:
-                for seg in other.glob(f"*{SUFFIX}"):
-                    # Same name, same dedup token: a replay stays idempotent.
-                    seg.rename(self.dir / seg.name)
-                with contextlib.suppress(FileNotFoundError):
-                    (other / "lock").unlink()
-                other.rmdir()
-            except OSError as exc:
-                log.warning("could not adopt spool directory %s: %s", other, exc)
-            finally:
-                os.close(fd)
-        _fsync_dir(self.dir)  # make the adopted renames durable before replaying them
-        found = sorted(self.dir.glob(f"*{SUFFIX}"))
+        found = ownership.adopt_orphans(self.root, self.dir, SUFFIX)
         for seg in found:
             self._sealed.append(seg)
             self._bytes += seg.stat().st_size
@@ -160,7 +140,7 @@ class Spool:
             name = f"{time.time_ns():020d}-{secrets.token_hex(4)}{SUFFIX}"
             self._current = _Segment(self.dir / name)
             # The file's own fdatasync does not make its directory entry durable.
-            _fsync_dir(self.dir)
+            ownership.fsync_dir(self.dir)
         seg = self._current
         try:
             written = os.write(seg.fd, record)
@@ -271,21 +251,3 @@ class Spool:
     @property
     def size(self) -> int:
         return self._bytes
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _lock(directory: Path) -> int | None:
-    fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd

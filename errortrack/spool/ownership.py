@@ -1,0 +1,58 @@
+"""Which process owns which spool directory: a ``flock`` per directory, and adoption.
+
+A process adopts the segments of every ``w-*`` directory whose lock is free (its
+process died or stopped), renaming them into its own directory under the same names,
+so their insert deduplication tokens, and with them exactly-once replay, survive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def adopt_orphans(root: Path, own: Path, suffix: str) -> list[Path]:
+    """Move orphans' segments into ``own``; return every segment there, oldest first."""
+    for other in sorted(root.glob("w-*")):
+        if other == own or not other.is_dir():
+            continue
+        fd = lock(other)
+        if fd is None:
+            continue  # a live process owns it
+        try:
+            for seg in other.glob(f"*{suffix}"):
+                # Same name, same dedup token: a replay stays idempotent.
+                seg.rename(own / seg.name)
+            with contextlib.suppress(FileNotFoundError):
+                (other / "lock").unlink()
+            other.rmdir()
+        except OSError as exc:
+            log.warning("could not adopt spool directory %s: %s", other, exc)
+        finally:
+            os.close(fd)
+    fsync_dir(own)  # make the adopted renames durable before replaying them
+    return sorted(own.glob(f"*{suffix}"))
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def lock(directory: Path) -> int | None:
+    """The directory's lock fd, or None when another live process holds it."""
+    fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
