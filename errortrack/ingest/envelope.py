@@ -83,3 +83,18 @@ def _payload(body: bytes, start: int, header: dict[str, Any], number: int) -> tu
             "is the length wrong?"
         )
     return body[start:end], end + 1
+
+
+def container_items(payload: bytes, kind: str) -> list[Any]:
+    """The ``items`` list of a ``{"items": [...]}`` item payload (log and span v2 items).
+
+    Anything else is a 400 that names the item kind, so the whole envelope is refused
+    before anything is spooled."""
+    try:
+        container = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"{kind} item payload is not valid JSON: {exc}") from None
+    items = container.get("items") if isinstance(container, dict) else None
+    if not isinstance(items, list):
+        raise BadRequest(f'{kind} item payload must be an object {{"items": [...]}}')
+    return items

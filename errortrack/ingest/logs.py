@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from errortrack.errors import BadRequest
+from errortrack.ingest.envelope import container_items
 
 if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
@@ -26,13 +27,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 def handle_log(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> ItemRows:
     from errortrack.ingest.items import ItemRows
 
-    try:
-        container = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"log item payload is not valid JSON: {exc}") from None
-    logs = container.get("items") if isinstance(container, dict) else None
-    if not isinstance(logs, list):
-        raise BadRequest('log item payload must be an object {"items": [...]}')
+    logs = container_items(payload, "log")
     received = ctx.received_at.timestamp()
     # One urandom call per item, not per log: the syscall dominated id generation.
     ids = _uuid4s(len(logs))

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from errortrack import timestamps
 from errortrack.errors import BadRequest
+from errortrack.ingest.envelope import container_items
 from errortrack.traces.rows import span_row, text
 
 if TYPE_CHECKING:
@@ -24,13 +23,7 @@ if TYPE_CHECKING:
 def handle_span(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> ItemRows:
     from errortrack.ingest.items import ItemRows
 
-    try:
-        container = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"span item payload is not valid JSON: {exc}") from None
-    spans = container.get("items") if isinstance(container, dict) else None
-    if not isinstance(spans, list):
-        raise BadRequest('span item payload must be an object {"items": [...]}')
+    spans = container_items(payload, "span")
     return ItemRows(spans=rows(spans, ctx))
 
 
