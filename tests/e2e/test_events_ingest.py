@@ -3,13 +3,10 @@ into chDB (events, spans) and the relational store (issues)."""
 
 from pathlib import Path
 
-import falcon.testing
-import pytest
 import sqlalchemy as sa
 
-from errortrack.app import create_app
 from errortrack.models import Issue
-from tests.ingest_support import make_project, sentry_auth
+from tests.ingest_support import sentry_auth
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sdk-envelopes"
 ERRORS = [
@@ -26,19 +23,6 @@ TRACES = [
 ]
 
 
-@pytest.fixture
-def project(state):
-    with state.sessions() as session:
-        return make_project(session)
-
-
-@pytest.fixture
-def client(state):
-    client = falcon.testing.TestClient(create_app(state=state))
-    yield client
-    state.ingest.writer.spool.close()
-
-
 def post(client, project_id, key, name):
     body = (FIXTURES / name).read_bytes()
     resp = client.simulate_post(f"/api/{project_id}/envelope/", body=body, headers=sentry_auth(key))
@@ -52,9 +36,9 @@ def issues(state, project_id):
         return {i.title: i for i in rows}
 
 
-def test_error_events_are_stored_and_grouped(state, client, project, clickhouse):
+def test_error_events_are_stored_and_grouped(state, ingest_client, project, clickhouse):
     pid, key = project
-    answers = [post(client, pid, key, name) for name in [*ERRORS, ERRORS[0]]]
+    answers = [post(ingest_client, pid, key, name) for name in [*ERRORS, ERRORS[0]]]
     assert answers[0] == {"id": "aacf9e42aa114d73accfed70a6848b69"}
     state.ingest.writer.drain()
     found = issues(state, pid)
@@ -77,10 +61,12 @@ def test_error_events_are_stored_and_grouped(state, client, project, clickhouse)
         assert platform in {"python", "node"} and len(trace_id) == 32 and has_payload
 
 
-def test_transactions_and_spans_are_stored_with_parent_links(state, client, project, clickhouse):
+def test_transactions_and_spans_are_stored_with_parent_links(
+    state, ingest_client, project, clickhouse
+):
     pid, key = project
     for name in TRACES:
-        post(client, pid, key, name)
+        post(ingest_client, pid, key, name)
     state.ingest.writer.drain()
     rows = clickhouse.query_rows(
         "SELECT trace_id, span_id, parent_span_id, segment_id, is_segment, op, duration_us "
@@ -102,9 +88,9 @@ def test_transactions_and_spans_are_stored_with_parent_links(state, client, proj
         assert all(s[6] > 0 for s in spans)
 
 
-def test_a_replayed_segment_is_counted_and_stored_once(state, client, project, clickhouse):
+def test_a_replayed_segment_is_counted_and_stored_once(state, ingest_client, project, clickhouse):
     pid, key = project
-    post(client, pid, key, ERRORS[0])
+    post(ingest_client, pid, key, ERRORS[0])
     writer = state.ingest.writer
     writer.spool.seal()
     path = writer.spool.next_sealed(0)

@@ -13,19 +13,6 @@ from tests.ingest_support import ENCODERS, log_envelope, make_project, sentry_au
 from tests.support import FrozenClock
 
 
-@pytest.fixture
-def project(state):
-    with state.sessions() as session:
-        return make_project(session)
-
-
-@pytest.fixture
-def ingest_client(state):
-    client = falcon.testing.TestClient(create_app(state=state))
-    yield client
-    state.ingest.writer.spool.close()
-
-
 def _logs(clickhouse, project_id):
     return clickhouse.query_rows(
         "SELECT body, level, severity_number, trace_id, span_id, attributes, retention_days, "
