@@ -1,8 +1,11 @@
 """Page-number pagination shared by every list endpoint (logs, issues, events).
 
-Every list answers ``{items, total_count, page, per_page, total_pages}``; a page past the
-end is an empty page, not an error, so that a client paging while rows expire or get
-deleted never sees a 404 in the middle of a walk.
+Every list answers ``{items, total_count, total_count_exact, page, per_page, total_pages}``;
+a page past the end is an empty page, not an error, so that a client paging while rows
+expire or get deleted never sees a 404 in the middle of a walk. ``total_count_exact`` is
+false only where a list caps its count (the logs list, see ``errortrack.logs.query``):
+``total_count`` is then a lower bound, as Elasticsearch's ``track_total_hits`` and
+Sentry's ``X-Max-Hits`` do.
 """
 
 from __future__ import annotations
@@ -44,10 +47,13 @@ class PageRequest:
         return self.offset >= total
 
 
-def page_body(items: Sequence[Any], total: int, request: PageRequest) -> dict[str, Any]:
+def page_body(
+    items: Sequence[Any], total: int, request: PageRequest, *, exact: bool = True
+) -> dict[str, Any]:
     return {
         "items": list(items),
         "total_count": total,
+        "total_count_exact": exact,
         "page": request.page,
         "per_page": request.per_page,
         "total_pages": math.ceil(total / request.per_page),

@@ -41,22 +41,26 @@ def absent_maps(store: ClickHouse, project_id: int, f: LogFilter) -> Absent:
     """The (name, map) pairs of ``f``'s candidates that hold no such name in the project.
 
     Only asked when a filter has more than one candidate map: with one, the filter
-    reads that map anyway and a probe would only add a query.
+    reads that map anyway and a probe would only add a query. All probes go in one
+    ``UNION ALL`` query, whose branches ClickHouse runs in parallel.
     """
-    absent = set()
+    probes: list[tuple[str, str]] = []
     for attr in f.attributes:
         maps = candidates(attr)
-        if len(maps) < 2:
-            continue
-        for column, _, _ in maps:
-            rows = store.query_rows(
-                f"SELECT 1 FROM logs WHERE project_id = {{project_id:UInt64}} "
-                f"AND mapContains({column}, {{name:String}}) LIMIT 1",
-                {"project_id": project_id, "name": attr.name},
-            )
-            if not rows:
-                absent.add((attr.name, column))
-    return frozenset(absent)
+        if len(maps) >= 2:
+            probes.extend((attr.name, column) for column, _, _ in maps)
+    if not probes:
+        return frozenset()
+    params: dict[str, Any] = {"project_id": project_id}
+    branches = []
+    for i, (name, column) in enumerate(probes):
+        params[f"n{i}"] = name
+        branches.append(
+            f"SELECT {i} FROM (SELECT 1 FROM logs WHERE project_id = {{project_id:UInt64}} "
+            f"AND mapContains({column}, {{n{i}:String}}) LIMIT 1)"
+        )
+    found = {int(row[0]) for row in store.query_rows(" UNION ALL ".join(branches), params)}
+    return frozenset(probe for i, probe in enumerate(probes) if i not in found)
 
 
 def clause(attr: AttrFilter, key: str, params: dict[str, Any], absent: Absent) -> str:

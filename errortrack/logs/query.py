@@ -60,21 +60,72 @@ def where_clause(
     return " AND ".join(clauses), params
 
 
+# Counting every match of a filter the indexes cannot narrow means reading that column
+# for the whole project (150 ms and more at 4 M logs on 2 slow cores, bench/RESULTS.md).
+# Lists with text, attribute or trace filters therefore count up to this many matches
+# (or to the end of the requested page, if later) and say so with total_count_exact.
+COUNT_CAP = 10_000
+
+
 def list_logs(
-    store: ClickHouse, project_id: int, f: LogFilter, page: PageRequest
+    store: ClickHouse,
+    project_id: int,
+    f: LogFilter,
+    page: PageRequest,
+    *,
+    count_cap: int = COUNT_CAP,
 ) -> dict[str, Any]:
-    """One page of a project's logs, newest first unless ``f.sort`` says otherwise."""
+    """One page of a project's logs, newest first unless ``f.sort`` says otherwise.
+
+    The first page is read before anything is counted: when it is not full, its length is
+    the exact total and no count runs at all (every search that finds fewer than a page
+    of logs costs one query). Later pages count first, so that a page past the end costs
+    no read.
+    """
     where, params = where_clause(project_id, f, absent=attributes.absent_maps(store, project_id, f))
-    total = int(store.query_rows(f"SELECT count() FROM logs WHERE {where}", params)[0][0])
-    items: list[dict[str, Any]] = []
-    if not page.past_end(total):
-        rows = store.query_rows(
-            f"SELECT {COLUMNS} FROM logs WHERE {where} ORDER BY {ORDER_BY[f.sort]} "
-            "LIMIT {limit:UInt32} OFFSET {offset:UInt64}",
-            {**params, "limit": page.per_page, "offset": page.offset},
-        )
-        items = [log_item(row) for row in rows]
-    return page_body(items, total, page)
+    if page.offset == 0:
+        items = _page(store, where, params, f, page)
+        if len(items) < page.per_page:
+            return page_body(items, len(items), page)
+        total, exact = _count(store, where, params, f, page, count_cap)
+        return page_body(items, total, page, exact=exact)
+    total, exact = _count(store, where, params, f, page, count_cap)
+    items = [] if exact and page.past_end(total) else _page(store, where, params, f, page)
+    return page_body(items, total, page, exact=exact)
+
+
+def _page(
+    store: ClickHouse, where: str, params: dict[str, Any], f: LogFilter, page: PageRequest
+) -> list[dict[str, Any]]:
+    rows = store.query_rows(
+        f"SELECT {COLUMNS} FROM logs WHERE {where} ORDER BY {ORDER_BY[f.sort]} "
+        "LIMIT {limit:UInt32} OFFSET {offset:UInt64}",
+        {**params, "limit": page.per_page, "offset": page.offset},
+    )
+    return [log_item(row) for row in rows]
+
+
+def _count(
+    store: ClickHouse,
+    where: str,
+    params: dict[str, Any],
+    f: LogFilter,
+    page: PageRequest,
+    cap: int,
+) -> tuple[int, bool]:
+    """(total, exact). Level and time filters count exactly: the severity_counts
+    projection and the sort key answer them without reading the rows. Any other filter
+    counts at most ``max(cap, end of this page)`` matches, plus one to tell "more"."""
+    if not (f.text or f.attributes or f.trace_id):
+        return int(store.query_rows(f"SELECT count() FROM logs WHERE {where}", params)[0][0]), True
+    limit = max(cap, page.offset + page.per_page)
+    found = int(
+        store.query_rows(
+            f"SELECT count() FROM (SELECT 1 FROM logs WHERE {where} LIMIT {{cap:UInt64}})",
+            {**params, "cap": limit + 1},
+        )[0][0]
+    )
+    return (found, True) if found <= limit else (limit, False)
 
 
 def trace_logs(store: ClickHouse, project_id: int, trace_id: str, limit: int) -> list[Any]:

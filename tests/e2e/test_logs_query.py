@@ -233,10 +233,54 @@ def test_empty_project_page(clickhouse):
     assert list_logs(clickhouse, 7, LogFilter(), PageRequest()) == {
         "items": [],
         "total_count": 0,
+        "total_count_exact": True,
         "page": 1,
         "per_page": 50,
         "total_pages": 0,
     }
+
+
+def test_short_first_page_is_its_own_exact_total(clickhouse):
+    insert_logs(clickhouse, 7, [sdk_log(f"order {i}", at=i) for i in range(1, 8)])
+    found = list_logs(clickhouse, 7, LogFilter(text="order"), PageRequest(per_page=10), count_cap=3)
+    assert (len(found["items"]), found["total_count"], found["total_count_exact"]) == (7, 7, True)
+
+
+def test_filtered_counts_stop_at_the_cap_and_say_so(clickhouse):
+    insert_logs(clickhouse, 7, [sdk_log(f"order {i}", at=i) for i in range(1, 21)])
+    insert_logs(clickhouse, 7, [sdk_log("other", at=30)])
+    f = LogFilter(text="order")
+    first = list_logs(clickhouse, 7, f, PageRequest(per_page=2), count_cap=5)
+    assert [i["body"] for i in first["items"]] == ["order 20", "order 19"]
+    assert (first["total_count"], first["total_count_exact"], first["total_pages"]) == (5, False, 3)
+    # A page beyond the cap still reads (the count reaches the end of that page) ...
+    deep = list_logs(clickhouse, 7, f, PageRequest(page=4, per_page=2), count_cap=5)
+    assert [i["body"] for i in deep["items"]] == ["order 14", "order 13"]
+    assert (deep["total_count"], deep["total_count_exact"]) == (8, False)
+    # ... the last page and the page past the end count exactly.
+    last = list_logs(clickhouse, 7, f, PageRequest(page=7, per_page=3), count_cap=5)
+    assert [i["body"] for i in last["items"]] == ["order 2", "order 1"]
+    assert (last["total_count"], last["total_count_exact"], last["total_pages"]) == (20, True, 7)
+    past = list_logs(clickhouse, 7, f, PageRequest(page=8, per_page=3), count_cap=5)
+    assert (past["items"], past["total_count"], past["total_count_exact"]) == ([], 20, True)
+    # Under the cap the count is exact; the unfiltered list always counts exactly.
+    exact = list_logs(clickhouse, 7, f, PageRequest(per_page=2), count_cap=50)
+    assert (exact["total_count"], exact["total_count_exact"]) == (20, True)
+    whole = list_logs(clickhouse, 7, LogFilter(), PageRequest(per_page=2), count_cap=5)
+    assert (whole["total_count"], whole["total_count_exact"]) == (21, True)
+
+
+def test_capped_attribute_and_trace_filters(clickhouse):
+    insert_logs(
+        clickhouse,
+        7,
+        [sdk_log(f"r{i}", at=i, trace_id=T1, span_id="a" * 16, code=503) for i in range(1, 9)],
+    )
+    for f in (LogFilter(trace_id=T1), LogFilter(attributes=(AttrFilter("code", ("503",)),))):
+        page = list_logs(clickhouse, 7, f, PageRequest(per_page=2), count_cap=4)
+        assert (page["total_count"], page["total_count_exact"]) == (4, False), f
+        page = list_logs(clickhouse, 7, f, PageRequest(per_page=2), count_cap=8)
+        assert (page["total_count"], page["total_count_exact"]) == (8, True), f
 
 
 @pytest.mark.parametrize(

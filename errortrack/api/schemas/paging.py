@@ -28,12 +28,26 @@ def page_request(data: dict[str, Any]) -> PageRequest:
 
 
 def page_of(item: type[Schema]) -> type[Schema]:
-    """The ``{items, total_count, page, per_page, total_pages}`` schema for ``item``."""
+    """The page body schema (``errortrack.paging.page_body``) for ``item``."""
     name = item.__name__.removesuffix("Out") + "Page"
     return Schema.from_dict(
         {
             "items": fields.List(fields.Nested(item), required=True),
-            "total_count": fields.Int(required=True),
+            "total_count": fields.Int(
+                required=True,
+                metadata={
+                    "description": "Items matching the query; a lower bound when "
+                    "total_count_exact is false."
+                },
+            ),
+            "total_count_exact": fields.Bool(
+                required=True,
+                metadata={
+                    "description": "False when the count stopped at the list's cap "
+                    "(logs with text, attribute or trace filters: 10,000, or the end "
+                    "of the requested page if later); more items exist."
+                },
+            ),
             "page": fields.Int(required=True),
             "per_page": fields.Int(required=True),
             "total_pages": fields.Int(required=True),
