@@ -8,6 +8,7 @@ and timestamps, so they must all land in one issue.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 import uuid
@@ -142,6 +143,13 @@ def event(kind: tuple[str, str], rng: random.Random, now: float) -> dict[str, An
         # The SDK lists installed packages with every error event.
         "modules": {f"package-{i}": f"{i % 7}.{i % 13}.{i % 5}" for i in range(50)},
     }
+
+
+def with_new_event_id(body: bytes) -> bytes:
+    """The same envelope as a new event: an SDK gives every event its own id, and the
+    server drops an event whose id it has stored already (a resend)."""
+    assert body.startswith(b'{"event_id":"'), body[:40]
+    return body.replace(body[13:45], os.urandom(16).hex().encode())
 
 
 def envelope(ev: dict[str, Any]) -> bytes:

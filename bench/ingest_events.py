@@ -26,11 +26,12 @@ import random
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import sqlalchemy as sa
 
-from bench.eventdata import envelope, event, kinds
+from bench.eventdata import envelope, event, kinds, with_new_event_id
 from errortrack import db
 from errortrack.issues.fingerprint import fingerprint
 from errortrack.models import Issue
@@ -61,7 +62,7 @@ def _send(
     while time.perf_counter() < until:
         index, body = bodies[n % len(bodies)]
         n += 1
-        conn.request("POST", path, body=body, headers=headers)
+        conn.request("POST", path, body=with_new_event_id(body), headers=headers)
         resp = conn.getresponse()
         resp.read()
         if resp.status == 200:
@@ -150,15 +151,14 @@ def _writer_side(data: Path, url: str, bodies: list[bytes], batch_rows: int) -> 
 
     pid, _ = create_project_in(url, name="writer-side")
     ctx = ItemContext(pid, dt.datetime.now(dt.UTC), 90, {})
-    lines = [
-        orjson.dumps(row)
-        for body in bodies
-        for row in handle_event(parse(body).items[0][1], {}, ctx).events
-    ]
-    lines = (lines * (1 + 20_000 // len(lines)))[:20_000]
+    rows = [row for body in bodies for row in handle_event(parse(body).items[0][1], {}, ctx).events]
+    # 20k events, each with its own id (the hook drops ids it has seen or stored).
+    rows = (rows * (1 + 20_000 // len(rows)))[:20_000]
+    lines = [orjson.dumps({**row, "event_id": str(uuid.uuid4())}) for row in rows]
     engine = db.make_engine(url)
-    hook = GroupingHook(db.make_sessionmaker(engine))
-    client = ClickHouse(f"chdb://{(data / 'clickhouse').resolve()}").client()
+    store = ClickHouse(f"chdb://{(data / 'clickhouse').resolve()}")
+    hook = GroupingHook(db.make_sessionmaker(engine), store=store)
+    client = store.client()
     start = time.perf_counter()
     for n in range(0, len(lines), batch_rows):
         rows = hook([orjson.loads(line) for line in lines[n : n + batch_rows]], f"bench-{n}")

@@ -29,9 +29,16 @@ end
 local n = math.random(#bodies)
 local headers = {["X-Sentry-Auth"] = "Sentry sentry_key=%(key)s, sentry_version=7",
                  ["Content-Type"] = "application/x-sentry-envelope"}
+-- Every request a new event: the server drops an event id it has stored already.
+local function hex32()
+  return string.format("%%04x%%04x%%04x%%04x%%04x%%04x%%04x%%04x", math.random(0, 65535),
+    math.random(0, 65535), math.random(0, 65535), math.random(0, 65535), math.random(0, 65535),
+    math.random(0, 65535), math.random(0, 65535), math.random(0, 65535))
+end
 request = function()
   n = n %% #bodies + 1
-  return wrk.format("POST", "/api/%(pid)d/envelope/", headers, bodies[n])
+  local body = bodies[n]:gsub(bodies[n]:sub(14, 45), hex32())
+  return wrk.format("POST", "/api/%(pid)d/envelope/", headers, body)
 end
 """
 

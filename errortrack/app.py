@@ -49,7 +49,7 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     # SDK ingest (docs/INGEST.md). Routes without the trailing slash: Falcon strips it.
     if state.ingest is None:
         # The events hook groups each batch into issues in the writer thread.
-        grouping = GroupingHook(state.sessions, clock=state.clock)
+        grouping = GroupingHook(state.sessions, store=state.clickhouse, clock=state.clock)
         state.ingest = ingest_runtime.build(state, hooks={"events": grouping})
         state.background.append(state.ingest)
     envelope = ingest_api.Envelope(state.ingest.ingest, state.settings.max_body_bytes)

@@ -6,7 +6,10 @@ rows into ClickHouse and inserts what it returns. In ONE relational transaction 
    commit and the ClickHouse insert -- finds it and adds no count twice);
 2. resolves each (project, fingerprint) to an issue id: from an in-memory cache, else
    by one SELECT per project, creating the issues that do not exist yet;
-3. adds each issue's count, first/last seen and regression (resolved -> unresolved) with
+3. drops events already stored (an SDK resending an event it saw fail, or a segment
+   replayed after its insert): one ClickHouse query per batch by (project, issue,
+   event_id), plus repeats within the batch;
+4. adds each issue's count, first/last seen and regression (resolved -> unresolved) with
    one executemany UPDATE: one statement per batch, not one per event.
 Rows of projects deleted meanwhile are dropped. The cache is filled only after the
 commit, so a rolled-back transaction never leaves ids of issues that do not exist.
@@ -19,6 +22,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from errortrack.analytics import ClickHouse
 from errortrack.db import unit_of_work
 from errortrack.issues import store
 from errortrack.issues.store import Group, Key
@@ -34,11 +38,13 @@ class GroupingHook:
         self,
         sessions: sessionmaker[Session],
         *,
+        store: ClickHouse | None = None,
         clock: Clock = utc_now,
         cache_size: int = 100_000,
         prune_every: int = PRUNE_EVERY,
     ) -> None:
         self.sessions = sessions
+        self.store = store  # None: repeats are dropped within a batch only
         self.clock = clock
         self.cache_size = cache_size
         self.prune_every = prune_every
@@ -46,16 +52,17 @@ class GroupingHook:
         self._calls = 0
 
     def __call__(self, rows: list[dict[str, Any]], batch_token: str) -> list[dict[str, Any]]:
+        rows = _first_of_each_event(rows)
         if not rows:
             return rows
-        groups = _groups(rows)
         with unit_of_work(self.sessions) as session:
-            ids = self._group_in(session, groups, batch_token)
+            ids, stored = self._group_in(session, rows, batch_token)
         self._remember(ids)
         kept = []
         for row in rows:
             issue_id = ids.get(_key(row))
-            if issue_id is not None:  # None: the project is gone
+            # None: the project is gone; stored: this event is in ClickHouse already.
+            if issue_id is not None and (issue_id, row["event_id"]) not in stored:
                 row["issue_id"] = issue_id
                 kept.append(row)
         return kept
@@ -64,19 +71,27 @@ class GroupingHook:
         """Drop a cached issue id (an optimisation: stale ids are also detected)."""
         self._cache.pop(key, None)
 
-    def _group_in(self, session: Session, groups: dict[Key, Group], token: str) -> dict[Key, int]:
+    def _group_in(
+        self, session: Session, rows: list[dict[str, Any]], token: str
+    ) -> tuple[dict[Key, int], set[tuple[int, str]]]:
+        """Issue ids by key, and the (issue id, event id) pairs already stored."""
         now = self.clock()
         first_time = store.claim_batch(session, token, now)
         self._calls += 1
         if self._calls % self.prune_every == 0:
             store.forget_batches_before(session, now - TOKEN_KEEP)
+        groups = _groups(rows)
         if not first_time:
             # A replay is rare: check every id against the database, not the cache.
             for key in groups:
                 self.forget(key)
         ids, created = self._resolve(session, groups)
+        stored = self._stored(rows, ids)
+        if stored:
+            groups = _groups([r for r in rows if (ids.get(_key(r)), r["event_id"]) not in stored])
         # A replay counts only into issues created now (the old ones were deleted).
         counted = ids if first_time else {k: ids[k] for k in created}
+        counted = {k: i for k, i in counted.items() if k in groups}
         gone = store.add_counts(session, {k: (i, groups[k]) for k, i in counted.items()})
         if gone:
             # Cached issues deleted since: create them again and count into those.
@@ -87,7 +102,33 @@ class GroupingHook:
             again, _ = self._resolve(session, stale)
             store.add_counts(session, {k: (i, stale[k]) for k, i in again.items()})
             ids.update(again)
-        return ids
+        return ids, stored
+
+    def _stored(self, rows: list[dict[str, Any]], ids: dict[Key, int]) -> set[tuple[int, str]]:
+        """The events of ``rows`` that ClickHouse holds already, as (issue id, event id).
+
+        Keyed by (project, issue) -- the table's sort key -- so that the lookup reads only
+        those issues' granules, and within them the event_id bloom filter skips the rest.
+        An issue deleted since its id was cached has no events left, so it finds none."""
+        if self.store is None:
+            return set()
+        wanted: dict[int, tuple[set[int], set[str]]] = {}
+        for row in rows:
+            issue_id = ids.get(_key(row))
+            if issue_id is not None:
+                issues, events = wanted.setdefault(int(row["project_id"]), (set(), set()))
+                issues.add(issue_id)
+                events.add(row["event_id"])
+        stored: set[tuple[int, str]] = set()
+        for project_id, (issues, events) in wanted.items():
+            found = self.store.query_rows(
+                "SELECT issue_id, toString(event_id) FROM events "
+                "WHERE project_id = {p:UInt64} AND issue_id IN {i:Array(UInt64)} "
+                "AND event_id IN {e:Array(UUID)}",
+                {"p": project_id, "i": sorted(issues), "e": sorted(events)},
+            )
+            stored.update((int(i), str(e)) for i, e in found)
+        return stored
 
     def _resolve(
         self, session: Session, groups: dict[Key, Group]
@@ -115,6 +156,18 @@ class GroupingHook:
             # Clearing beats LRU bookkeeping here: refilling costs one SELECT per project.
             self._cache.clear()
         self._cache.update(ids)
+
+
+def _first_of_each_event(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows without repeats of one (project, event_id): an SDK resent it meanwhile."""
+    seen: set[tuple[Any, Any]] = set()
+    out = []
+    for row in rows:
+        event = (row["project_id"], row["event_id"])
+        if event not in seen:
+            seen.add(event)
+            out.append(row)
+    return out
 
 
 def _key(row: dict[str, Any]) -> Key:

@@ -16,6 +16,7 @@ ERRORS = [
     "node/0032_c_exception_message.envelope",
     "node/0035_c_unhandled_exception.envelope",
 ]
+FIRST_ID = "aacf9e42aa114d73accfed70a6848b69"  # the event id in ERRORS[0]
 TRACES = [
     "python/0009_d_transaction_2_spans.envelope",
     "node/0036_d_transaction_2_spans.envelope",
@@ -38,12 +39,12 @@ def issues(state, project_id):
 
 def test_error_events_are_stored_and_grouped(state, ingest_client, project, clickhouse):
     pid, key = project
-    answers = [post(ingest_client, pid, key, name) for name in [*ERRORS, ERRORS[0]]]
+    answers = [post(ingest_client, pid, key, name) for name in ERRORS]
     assert answers[0] == {"id": "aacf9e42aa114d73accfed70a6848b69"}
     state.ingest.writer.drain()
     found = issues(state, pid)
     assert {t: i.event_count for t, i in found.items()} == {
-        "ZeroDivisionError: division by zero": 2,
+        "ZeroDivisionError: division by zero": 1,
         "py capture_message hello": 1,
         "TypeError: node boom: x must not be zero": 1,
         "node capture_message hello": 1,
@@ -54,11 +55,34 @@ def test_error_events_are_stored_and_grouped(state, ingest_client, project, clic
         "FROM events WHERE project_id = {p:UInt64}",
         parameters={"p": pid},
     )
-    assert len(rows) == 6
+    assert len(rows) == 5
     for issue_id, title, culprit, level, platform, trace_id, has_payload in rows:
         issue = found[title]
         assert issue_id == issue.id and culprit == issue.culprit and level == issue.level
         assert platform in {"python", "node"} and len(trace_id) == 32 and has_payload
+
+
+def test_an_event_sent_again_is_stored_and_counted_once(state, ingest_client, project, clickhouse):
+    """SDKs resend an event whose request seemed to fail; Sentry keeps the first copy."""
+    pid, key = project
+    # Twice in one batch, then again after that batch is in ClickHouse.
+    first = [post(ingest_client, pid, key, ERRORS[0]) for _ in range(2)]
+    state.ingest.writer.drain()
+    later = post(ingest_client, pid, key, ERRORS[0])
+    # The same error raised again: the same issue, its own event id.
+    body = (FIXTURES / ERRORS[0]).read_bytes().replace(FIRST_ID.encode(), b"b" * 32)
+    resp = ingest_client.simulate_post(f"/api/{pid}/envelope/", body=body, headers=sentry_auth(key))
+    assert resp.json == {"id": "b" * 32}
+    state.ingest.writer.drain()
+    assert first == [later] * 2 == [{"id": FIRST_ID}] * 2
+    assert issues(state, pid)["ZeroDivisionError: division by zero"].event_count == 2
+    rows = clickhouse.query_rows(
+        "SELECT toString(event_id), count() FROM events WHERE project_id = {p:UInt64} "
+        "GROUP BY event_id ORDER BY event_id",
+        parameters={"p": pid},
+    )
+    assert [n for _, n in rows] == [1, 1]
+    assert [e.replace("-", "") for e, _ in rows] == [FIRST_ID, "b" * 32]
 
 
 def test_transactions_and_spans_are_stored_with_parent_links(

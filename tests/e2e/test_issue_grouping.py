@@ -111,6 +111,44 @@ def test_replayed_batch_token_is_not_counted_twice(hook, sessions, project_id, c
         assert set(session.scalars(sa.select(GroupedBatch.token))) == {"seg-1:0", "seg-2:0"}
 
 
+def test_an_event_id_seen_before_is_dropped_and_not_counted(sessions, clock, clickhouse):
+    with db.unit_of_work(sessions) as session:
+        shop, blog = (create_project(session, name=n).id for n in ("shop", "blog"))
+    hook = GroupingHook(sessions, store=clickhouse, clock=clock)
+    first, second = event_rows(shop, ("KeyError", 1), ("KeyError", 2))
+    # A repeat within one batch is dropped before counting.
+    out = hook([first, dict(first), second], "b1")
+    assert [r["event_id"] for r in out] == [first["event_id"], second["event_id"]]
+    assert issues(sessions)["KeyError: boom"].event_count == 2
+    body = b"\n".join(orjson.dumps(r) for r in out)
+    clickhouse.client().raw_insert("events", insert_block=body, fmt="JSONEachRow")
+    # In a later batch it is found in ClickHouse; a new event of the issue still counts,
+    # and the same id in another project is another event.
+    new = event_rows(shop, ("KeyError", 3))[0]
+    elsewhere = {**event_rows(blog, ("KeyError", 4))[0], "event_id": first["event_id"]}
+    out = hook([dict(first), new, elsewhere], "b2")
+    assert [(r["project_id"], r["event_id"]) for r in out] == [
+        (shop, new["event_id"]),
+        (blog, first["event_id"]),
+    ]
+    with db.unit_of_work(sessions) as session:
+        counts = {(i.project_id, i.title): i.event_count for i in session.scalars(sa.select(Issue))}
+    assert counts == {(shop, "KeyError: boom"): 3, (blog, "KeyError: boom"): 1}
+
+
+def test_a_batch_of_stored_events_only_counts_nothing(sessions, clock, clickhouse, project_id):
+    """A segment replayed after its insert: every row is found, nothing changes."""
+    hook = GroupingHook(sessions, store=clickhouse, clock=clock)
+    out = hook(event_rows(project_id, ("KeyError", 1), ("ValueError", 2)), "b1")
+    body = b"\n".join(orjson.dumps(r) for r in out)
+    clickhouse.client().raw_insert("events", insert_block=body, fmt="JSONEachRow")
+    assert hook([dict(r) for r in out], "b2") == []
+    assert {t: i.event_count for t, i in issues(sessions).items()} == {
+        "KeyError: boom": 1,
+        "ValueError: boom": 1,
+    }
+
+
 def test_cached_lookup_reads_no_issue_rows(hook, engine, project_id):
     hook(event_rows(project_id, ("KeyError", 1)), "b1")
     statements = []
