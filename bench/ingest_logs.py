@@ -119,19 +119,24 @@ def _wait_drained(data: Path, timeout: float = 300) -> None:
         time.sleep(0.05)
 
 
-def _peak_rss_mb(server: Server) -> float:
-    """Highest VmHWM among the server's processes (arbiter and worker)."""
+def _peak_rss_mb(server: Server) -> tuple[float, float, float]:
+    """Highest VmHWM among the server's processes (arbiter and worker), and that
+    process's current RssFile and RssAnon: file-backed pages are mostly the mapped chDB
+    library (shared and clean), anonymous ones the engine's and Python's own memory."""
     assert server.proc is not None
-    peak = 0
+    peak = (0, 0, 0)
     for pid in [server.proc.pid, *_children(server.proc.pid)]:
         try:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
-        for line in status.splitlines():
-            if line.startswith("VmHWM:"):
-                peak = max(peak, int(line.split()[1]))
-    return peak / 1024
+        fields = {
+            line.split(":")[0]: int(line.split()[1])
+            for line in status.splitlines()
+            if line.startswith(("VmHWM:", "RssFile:", "RssAnon:"))
+        }
+        peak = max(peak, (fields["VmHWM"], fields["RssFile"], fields["RssAnon"]))
+    return peak[0] / 1024, peak[1] / 1024, peak[2] / 1024
 
 
 def _children(pid: int) -> list[int]:
@@ -229,8 +234,11 @@ def main() -> None:
             f"half load ({rate / 2:,.0f} logs/s target, {half / args.half_seconds:,.0f} achieved): "
             f"p50 {q[49] * 1000:.1f} ms, p99 {q[98] * 1000:.1f} ms"
         )
-        rss = _peak_rss_mb(server)
-        print(f"peak RSS (VmHWM, largest server process): {rss:.0f} MB")
+        rss, file_mb, anon_mb = _peak_rss_mb(server)
+        print(
+            f"peak RSS (VmHWM, largest server process): {rss:.0f} MB "
+            f"(now: {file_mb:.0f} MB file-backed, {anon_mb:.0f} MB anonymous)"
+        )
     finally:
         server.stop()
     stored = _count(data, pid)
