@@ -30,7 +30,13 @@ tests/e2e/node/node_modules: tests/e2e/node/package-lock.json
 	npm ci --prefix tests/e2e/node --no-audit --no-fund
 	@touch $@
 
-test: $(VENV)/.dev tests/e2e/node/node_modules ## Run the whole test suite (set ERRORTRACK_TEST_DATABASE_URL for Postgres)
+# Debian's Chromium for the browser test of /docs (tests/e2e/test_docs_browser.py).
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" -ne 0 ] && command -v sudo)
+$(CHROMIUM):
+	$(SUDO) apt-get install -y chromium || { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
+
+test: $(VENV)/.dev tests/e2e/node/node_modules $(CHROMIUM) ## Run the whole test suite (set ERRORTRACK_TEST_DATABASE_URL for Postgres)
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.dev ## ruff (lint and format check) and mypy

@@ -88,7 +88,9 @@ class LogsQuery(PageQuery):
             "description": "Attribute filters: attr[<name>]=<value>, e.g. "
             "attr[http.status_code]=503. The value matches the attribute in its own type "
             "(string, integer, double or boolean); repeat a name for any of several values.",
-            "param": {"style": "deepObject", "explode": True},
+            # An empty example: otherwise Swagger UI's "Try it out" pre-fills
+            # attr[additionalProp1]=string, a filter that matches nothing.
+            "param": {"style": "deepObject", "explode": True, "example": {}},
         },
     )
 
