@@ -6,9 +6,9 @@ maps it can match in: "503" the integer 503, the double 503.0 or the string "503
 "true" a boolean or a string; "abc" only a string. Each candidate map is one OR branch.
 
 Reading a map costs a scan of that column, the string map most (~4x the integer map at
-10 M rows). So before querying, a probe per candidate map asks whether the name occurs
-in it at all in the project (``LIMIT 1``; the bloom filters on the maps' keys answer
-"nowhere" without reading rows), and absent maps are left out of the filter.
+10 M rows). So before querying, one probe asks whether the name occurs in each candidate
+map at all in the project (the ``attr_names`` projection keeps each part's distinct
+keys per map), and absent maps are left out of the filter.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def absent_maps(store: ClickHouse, project_id: int, f: LogFilter) -> Absent:
     """The (name, map) pairs of ``f``'s candidates that hold no such name in the project.
 
     Only asked when a filter has more than one candidate map: with one, the filter
-    reads that map anyway and a probe would only add a query. All probes go in one
-    ``UNION ALL`` query, whose branches ClickHouse runs in parallel.
+    reads that map anyway and a probe would only add a query. Answered by the
+    ``attr_names`` projection (clickhouse/0007): each part's distinct keys per map.
     """
     probes: list[tuple[str, str]] = []
     for attr in f.attributes:
@@ -51,16 +51,21 @@ def absent_maps(store: ClickHouse, project_id: int, f: LogFilter) -> Absent:
             probes.extend((attr.name, column) for column, _, _ in maps)
     if not probes:
         return frozenset()
+    sql, params = probe_query(project_id, probes)
+    found = store.query_rows(sql, params)[0]
+    return frozenset(probe for probe, present in zip(probes, found, strict=True) if not present)
+
+
+def probe_query(project_id: int, probes: list[tuple[str, str]]) -> tuple[str, dict[str, Any]]:
+    """One row: for each (name, map column), whether the project has that name there."""
     params: dict[str, Any] = {"project_id": project_id}
-    branches = []
+    checks = []
     for i, (name, column) in enumerate(probes):
         params[f"n{i}"] = name
-        branches.append(
-            f"SELECT {i} FROM (SELECT 1 FROM logs WHERE project_id = {{project_id:UInt64}} "
-            f"AND mapContains({column}, {{n{i}:String}}) LIMIT 1)"
-        )
-    found = {int(row[0]) for row in store.query_rows(" UNION ALL ".join(branches), params)}
-    return frozenset(probe for i, probe in enumerate(probes) if i not in found)
+        # Written exactly as the projection's aggregates, or it is not used.
+        checks.append(f"has(groupUniqArrayArray(mapKeys({column})), {{n{i}:String}})")
+    sql = f"SELECT {', '.join(checks)} FROM logs WHERE project_id = {{project_id:UInt64}}"
+    return sql, params
 
 
 def clause(attr: AttrFilter, key: str, params: dict[str, Any], absent: Absent) -> str:

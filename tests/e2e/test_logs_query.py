@@ -5,6 +5,7 @@ import datetime as dt
 import pytest
 
 from errortrack.errors import ValidationError
+from errortrack.logs import attributes
 from errortrack.logs.filters import AttrFilter, LogFilter
 from errortrack.logs.query import list_logs, trace_logs
 from errortrack.paging import PageRequest
@@ -310,3 +311,34 @@ def test_numeric_filter_on_a_name_never_sent_as_string(clickhouse):
     assert _bodies(clickhouse, f, project_id=9) == ["c"]
     f = LogFilter(attributes=(AttrFilter("absent", ("1",)),))
     assert _bodies(clickhouse, f, project_id=9) == []
+
+
+def test_attribute_probe_answers_per_project_and_map(clickhouse):
+    insert_logs(clickhouse, 9, [sdk_log("a", code=503, flag=True)])
+    insert_logs(clickhouse, 10, [sdk_log("b", code={"value": "503", "type": "string"})])
+    f = LogFilter(attributes=(AttrFilter("code", ("503",)), AttrFilter("flag", ("true",))))
+    assert attributes.absent_maps(clickhouse, 9, f) == {
+        ("code", "attr_string"),
+        ("code", "attr_float"),
+        ("flag", "attr_string"),
+    }
+    assert attributes.absent_maps(clickhouse, 10, f) == {
+        ("code", "attr_int"),
+        ("code", "attr_float"),
+        ("flag", "attr_bool"),
+        ("flag", "attr_string"),
+    }
+    assert _bodies(clickhouse, f, project_id=9) == ["a"]
+    assert _bodies(clickhouse, LogFilter(attributes=f.attributes[:1]), project_id=10) == ["b"]
+
+
+def test_attribute_probe_reads_the_attr_names_projection(clickhouse):
+    # Written differently from the projection's aggregates, the probe would silently read
+    # every typed map of the project instead (correct, but a scan).
+    insert_logs(clickhouse, 9, [sdk_log("a", code=503)])
+    sql, params = attributes.probe_query(9, [("code", "attr_int"), ("code", "attr_string")])
+    assert clickhouse.query_rows(sql, params, settings={"force_optimize_projection": 1}) == [
+        (True, False)
+    ]
+    plan = "\n".join(row[0] for row in clickhouse.query_rows(f"EXPLAIN {sql}", params))
+    assert "ReadFromMergeTree (attr_names)" in plan
