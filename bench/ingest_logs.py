@@ -172,7 +172,13 @@ def _raw_rate(data: Path, bodies: list[bytes], batch_rows: int) -> tuple[float, 
             "logs",
             insert_block=batch,
             fmt="JSONEachRow",
-            settings={**INSERT_SETTINGS, "insert_deduplication_token": f"raw-{n}"},
+            # Parsing as the engine does by default (in parallel), which the writer turns
+            # off to save memory: the reference stays the engine at its fastest.
+            settings={
+                **INSERT_SETTINGS,
+                "input_format_parallel_parsing": 1,
+                "insert_deduplication_token": f"raw-{n}",
+            },
         )
     return len(lines) / (time.perf_counter() - start), len(lines)
 

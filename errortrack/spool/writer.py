@@ -31,6 +31,11 @@ Hook = Callable[[list[dict[str, Any]], str], list[dict[str, Any]]]
 INSERT_SETTINGS = {
     # Timestamps arrive as float Unix seconds or ISO 8601 strings.
     "date_time_input_format": "best_effort",
+    # Parallel parsing cuts a batch into 10 MiB chunks parsed at once, each chunk and its
+    # block held in memory together: the peak RSS target (700 MB) is closer without it,
+    # and a single-threaded parse of a 20k-row batch was no slower in the benchmark
+    # (bench/RESULTS.md, with clickhouse/0008).
+    "input_format_parallel_parsing": 0,
 }
 
 
