@@ -1,11 +1,15 @@
-"""Fixtures shared by the in-process ingest tests."""
+"""Fixtures shared by the in-process end-to-end tests."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import falcon
 import falcon.testing
 import pytest
 
 from errortrack.app import create_app
+from errortrack.state import AppState
 from tests.ingest_support import make_project
 
 
@@ -21,3 +25,14 @@ def ingest_client(state):
     client = falcon.testing.TestClient(create_app(state=state))
     yield client
     state.ingest.writer.spool.close()
+
+
+@pytest.fixture
+def openapi_app(state) -> falcon.App:
+    """The app on the test's stores with the openapi feature on (/api-docs, /docs)."""
+    on = dataclasses.replace(state.settings, openapi=True)
+    return create_app(
+        state=AppState.build(
+            on, engine=state.engine, clickhouse=state.clickhouse, clock=state.clock
+        )
+    )

@@ -8,7 +8,6 @@ it). Every request the page makes is recorded: none may leave the server (no CDN
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -21,8 +20,6 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from errortrack.app import create_app
-from errortrack.state import AppState
 from tests.access_world import build_world
 from tests.logs_data import insert_logs, sdk_log
 
@@ -40,21 +37,15 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 @pytest.fixture
-def docs_server(state, client) -> Iterator[tuple[str, object]]:
+def docs_server(state, client, openapi_app) -> Iterator[tuple[str, object]]:
     world = build_world(state, client)
     insert_logs(
         state.clickhouse,
         world.project_id,
         [sdk_log("checkout failed for order 77", level="error", code=503)],
     )
-    on = dataclasses.replace(state.settings, openapi=True)
-    app = create_app(
-        state=AppState.build(
-            on, engine=state.engine, clickhouse=state.clickhouse, clock=state.clock
-        )
-    )
     httpd = make_server(
-        "127.0.0.1", 0, app, server_class=_ThreadedServer, handler_class=_QuietHandler
+        "127.0.0.1", 0, openapi_app, server_class=_ThreadedServer, handler_class=_QuietHandler
     )
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()

@@ -10,8 +10,6 @@ import falcon.testing
 import pytest
 
 from errortrack.api import openapi
-from errortrack.app import create_app
-from errortrack.state import AppState
 from tests.support import ROOT
 
 SNAPSHOT = ROOT / "schemas" / "openapi.json"
@@ -20,12 +18,8 @@ NOT_MANAGEMENT = ("/api/{project_id:int}/envelope", "/api/{project_id:int}/store
 
 
 @pytest.fixture
-def docs_client(state):
-    on = dataclasses.replace(state.settings, openapi=True)
-    state_on = AppState.build(
-        on, engine=state.engine, clickhouse=state.clickhouse, clock=state.clock
-    )
-    return falcon.testing.TestClient(create_app(state=state_on))
+def docs_client(openapi_app):
+    return falcon.testing.TestClient(openapi_app)
 
 
 def test_snapshot_is_up_to_date(app):

@@ -12,17 +12,13 @@ time stays flat (about 10 s).
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import positive_data_acceptance
 
 from errortrack import db
-from errortrack.app import create_app
 from errortrack.auth.tokens import create_token
-from errortrack.state import AppState
 from tests.access_world import build_world
 from tests.issue_data import add_event, add_issue, add_span
 from tests.logs_data import insert_logs, sdk_log
@@ -31,14 +27,8 @@ EXAMPLES = 12
 
 
 @pytest.fixture
-def served(state, client):
+def served(state, client, openapi_app):
     world = build_world(state, client)
-    on = dataclasses.replace(state.settings, openapi=True)
-    app = create_app(
-        state=AppState.build(
-            on, engine=state.engine, clickhouse=state.clickhouse, clock=state.clock
-        )
-    )
     # Some data in project 1 so that generated ids sometimes hit real rows.
     p = world.project_id
     issue = add_issue(state, p, "boom")
@@ -49,7 +39,7 @@ def served(state, client):
         p,
         [sdk_log("hello", level="error", trace_id="ab" * 16, span_id="a" * 16, code=503)],
     )
-    return world, app
+    return world, openapi_app
 
 
 def test_every_operation_conforms(served):
