@@ -1,4 +1,5 @@
-"""Composition root: builds the stores and services and lists every route."""
+"""Composition root of the management API (WSGI): builds the stores and services and
+lists every route but SDK ingest, which ``server.py`` serves beside this app."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import falcon
 import orjson
 
 from errortrack.api import account, docs, errors, health, projects, team, tokens
-from errortrack.api import ingest as ingest_api
 from errortrack.api import issues as issues_api
 from errortrack.api import logs as logs_api
 from errortrack.api import storage as storage_api
@@ -17,13 +17,11 @@ from errortrack.api.auth import Authentication
 from errortrack.api.middleware import DatabaseSessions
 from errortrack.auth.throttle import LoginThrottle
 from errortrack.config import Settings
-from errortrack.ingest import runtime as ingest_runtime
-from errortrack.issues.grouping import GroupingHook
 from errortrack.state import AppState
 from errortrack.storage import retention
 
 
-def _json_handler() -> falcon.media.JSONHandler:
+def json_handler() -> falcon.media.JSONHandler:
     return falcon.media.JSONHandler(
         dumps=lambda obj: orjson.dumps(obj).decode(),
         loads=orjson.loads,
@@ -36,7 +34,7 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     # Authentication only records the clock; principal(req) authenticates lazily.
     middleware: list[Any] = [DatabaseSessions(state.sessions), Authentication(state.clock)]
     app = falcon.App(middleware=middleware)
-    handler = _json_handler()
+    handler = json_handler()
     app.req_options.media_handlers[falcon.MEDIA_JSON] = handler
     app.resp_options.media_handlers[falcon.MEDIA_JSON] = handler
     # Trailing slashes are part of Sentry's ingest URLs; treat /x and /x/ alike elsewhere.
@@ -46,16 +44,7 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     app.add_route("/healthz", health.Healthz())
     app.add_route("/readyz", health.Readyz(state))
 
-    # SDK ingest (docs/INGEST.md). Routes without the trailing slash: Falcon strips it.
-    if state.ingest is None:
-        # The events hook groups each batch into issues in the writer thread.
-        grouping = GroupingHook(state.sessions, store=state.clickhouse, clock=state.clock)
-        state.ingest = ingest_runtime.build(state, hooks={"events": grouping})
-        state.background.append(state.ingest)
-    envelope = ingest_api.Envelope(state.ingest.ingest, state.settings.max_body_bytes)
-    store = ingest_api.Store(state.ingest.ingest, state.settings.max_body_bytes)
-    app.add_route("/api/{project_id:int}/envelope", envelope)
-    app.add_route("/api/{project_id:int}/store", store)
+    # SDK ingest is not here: it runs on the event loop (server.py, docs/INGEST.md).
 
     # Access: login sessions, team, invitations, projects, members, tokens (docs/API.md).
     app.add_route("/auth/login", account.Login(state, LoginThrottle(state.clock)))

@@ -187,7 +187,13 @@ def _take_data_dir(settings: Settings) -> IO[str]:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=int)
 @click.option("--workers", default=None, type=int, help="Worker processes (server mode).")
-@click.option("--threads", default=8, show_default=True, type=int, help="Threads per worker.")
+@click.option(
+    "--threads",
+    default=8,
+    show_default=True,
+    type=int,
+    help="Threads per worker for the management API (ingest runs on the event loop).",
+)
 def serve(host: str, port: int, workers: int | None, threads: int) -> None:
     """Apply pending migrations, then serve HTTP with gunicorn."""
     settings = _settings()
@@ -214,11 +220,12 @@ def serve(host: str, port: int, workers: int | None, threads: int) -> None:
     elif workers is None:
         workers = min(4, (os.cpu_count() or 1) * 2)
     _run_gunicorn(
+        threads,
         {
             "bind": f"{host}:{port}",
             "workers": workers,
-            "threads": threads,
-            "worker_class": "gthread",
+            # One event loop per worker (ingest); see server.py for what runs where.
+            "worker_class": "asgi",
             "preload_app": False,
             "timeout": 60,
             "graceful_timeout": 30,
@@ -230,7 +237,7 @@ def serve(host: str, port: int, workers: int | None, threads: int) -> None:
             # Background work (the ingest spool writer) runs in the worker, after fork.
             "post_worker_init": _start_background,
             "worker_exit": _stop_background,
-        }
+        },
     )
     lock.close()
 
@@ -251,19 +258,21 @@ def _log_to_stderr(level: str) -> None:
 
 
 def _start_background(worker: Any) -> None:
-    from errortrack import wsgi
+    from errortrack import asgi
 
-    wsgi.state.start_background()
+    assert asgi.state is not None  # built by load(), before this hook
+    asgi.state.start_background()
 
 
 def _stop_background(server: Any, worker: Any) -> None:
     # Flushes the spool into ClickHouse; what cannot be inserted is replayed next start.
-    from errortrack import wsgi
+    from errortrack import asgi
 
-    wsgi.state.stop_background()
+    if asgi.state is not None:
+        asgi.state.stop_background()
 
 
-def _run_gunicorn(options: dict[str, Any]) -> None:
+def _run_gunicorn(threads: int, options: dict[str, Any]) -> None:
     from gunicorn.app.base import BaseApplication
 
     class _Server(BaseApplication):
@@ -272,10 +281,10 @@ def _run_gunicorn(options: dict[str, Any]) -> None:
                 self.cfg.set(key, value)
 
         def load(self) -> Any:
-            # Imported in the worker, after fork: nothing is opened before.
-            from errortrack.wsgi import app
+            # Built in the worker, after fork: nothing is opened before.
+            from errortrack import asgi
 
-            return app
+            return asgi.build(threads)
 
     _Server().run()
 

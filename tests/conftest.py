@@ -29,6 +29,7 @@ from errortrack.analytics import migrate as ch_migrate
 from errortrack.app import create_app
 from errortrack.config import Settings
 from errortrack.models import Base
+from errortrack.server import create_server_app
 from errortrack.state import AppState
 from tests.support import TEST_PG, FrozenClock
 
@@ -151,5 +152,6 @@ def app(state: AppState) -> falcon.App:
 
 
 @pytest.fixture
-def client(app: falcon.App) -> falcon.testing.TestClient:
-    return falcon.testing.TestClient(app)
+def client(state: AppState) -> falcon.testing.TestClient:
+    # The app as served: ingest on the event loop, the management API in a2wsgi's threads.
+    return falcon.testing.TestClient(create_server_app(state=state))

@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 import falcon
+import falcon.asgi
 
 from errortrack.errors import ErrortrackError
 
@@ -60,8 +61,26 @@ def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception, _p: A
     resp.media = error_body("internal_error", "internal server error")
 
 
-def install(app: falcon.App) -> None:
+_HANDLERS: list[tuple[type[Exception], Any]] = [
     # Falcon picks the most specific handler by the exception's class hierarchy.
-    app.add_error_handler(Exception, _unexpected)
-    app.add_error_handler(falcon.HTTPError, _falcon)
-    app.add_error_handler(ErrortrackError, _domain)
+    (Exception, _unexpected),
+    (falcon.HTTPError, _falcon),
+    (ErrortrackError, _domain),
+]
+
+
+def install(app: falcon.App) -> None:
+    for exc, handler in _HANDLERS:
+        # An ASGI app takes coroutine handlers only; the handlers do no I/O.
+        app.add_error_handler(exc, _coroutine(handler) if _is_asgi(app) else handler)
+
+
+def _is_asgi(app: falcon.App) -> bool:
+    return isinstance(app, falcon.asgi.App)
+
+
+def _coroutine(handler: Any) -> Any:
+    async def run(req: Any, resp: Any, ex: Exception, params: Any, **_: Any) -> None:
+        handler(req, resp, ex, params)
+
+    return run

@@ -1,12 +1,22 @@
 """SDK ingest endpoints: ``/api/<pid>/envelope/`` and the legacy ``/api/<pid>/store/``.
 
-Thin: read the auth places and the (bounded, decompressed) body, call the service.
+These run on the server's event loop (Falcon ASGI, see ``errortrack/server.py``), not in
+a thread like the management API: one event request is ~150 us of Python, and a thread
+per request cost several times that in GIL hand-offs (docs/INGEST.md, "Serving").
+Nothing here may block the loop: a key missing from the cache is loaded in a thread,
+and the spool's fdatasync runs in its syncer thread while the request awaits it.
+
 SDKs read only the status and the rate-limit headers; the body is ``{"id": ...}``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import io
+from collections.abc import Callable
+
 import falcon
+import falcon.asgi
 
 from errortrack.ingest import auth, body, service
 
@@ -20,41 +30,49 @@ CORS = {
     "Access-Control-Max-Age": "3600",
 }
 
+Accept = Callable[[service.Ingest, int, "str | None", Callable[[], bytes]], service.Accepted]
+
 
 class _IngestResource:
+    accept: Accept
+
     def __init__(self, ingest: service.Ingest, max_body_bytes: int) -> None:
         self.ingest = ingest
         self.max_body_bytes = max_body_bytes
 
-    def on_options(self, req: falcon.Request, resp: falcon.Response, project_id: int) -> None:
+    async def on_options(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, project_id: int
+    ) -> None:
         resp.set_headers(CORS)
         resp.status = falcon.HTTP_200
 
-    def _key(self, req: falcon.Request) -> str | None:
-        return auth.key_from_request(
+    async def on_post(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, project_id: int
+    ) -> None:
+        resp.set_header("Access-Control-Allow-Origin", "*")
+        key = auth.key_from_request(
             req.get_header("X-Sentry-Auth"),
             req.get_header("Authorization"),
             req.get_param("sentry_key"),
         )
-
-    def _body(self, req: falcon.Request) -> bytes:
-        # Chunked bodies (Node) have no Content-Length; gunicorn's input ends at the last
-        # chunk, while Falcon's bounded_stream would read nothing.
-        stream = req.bounded_stream if req.content_length is not None else req.stream
-        return body.read_body(stream, req.get_header("Content-Encoding"), self.max_body_bytes)
+        if key is not None and not self.ingest.keys.fresh(key):
+            # Loads the key (a relational query) off the loop; a bad key is refused
+            # here, before the body is read.
+            await asyncio.to_thread(self.ingest.authorize, project_id, key)
+        raw = await body.read_wire(req.stream, req.content_length, self.max_body_bytes)
+        encoding = req.get_header("Content-Encoding")
+        cap = self.max_body_bytes
+        accepted = type(self).accept(
+            self.ingest, project_id, key, lambda: body.read_body(io.BytesIO(raw), encoding, cap)
+        )
+        if accepted.rows:
+            await self.ingest.spool.append_async(accepted.tables, accepted.rows)
+        resp.media = accepted.response
 
 
 class Envelope(_IngestResource):
-    def on_post(self, req: falcon.Request, resp: falcon.Response, project_id: int) -> None:
-        resp.set_header("Access-Control-Allow-Origin", "*")
-        resp.media = service.ingest_envelope(
-            self.ingest, project_id, self._key(req), lambda: self._body(req)
-        )
+    accept = staticmethod(service.accept_envelope)
 
 
 class Store(_IngestResource):
-    def on_post(self, req: falcon.Request, resp: falcon.Response, project_id: int) -> None:
-        resp.set_header("Access-Control-Allow-Origin", "*")
-        resp.media = service.ingest_store(
-            self.ingest, project_id, self._key(req), lambda: self._body(req)
-        )
+    accept = staticmethod(service.accept_store)

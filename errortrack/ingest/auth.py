@@ -78,6 +78,12 @@ class KeyCache:
         self._lock = threading.Lock()
         self._entries: dict[str, tuple[float, KeyInfo | None]] = {}
 
+    def fresh(self, key: str) -> bool:
+        """Whether ``lookup`` would answer without loading."""
+        with self._lock:
+            hit = self._entries.get(key)
+        return hit is not None and hit[0] > self.clock()
+
     def lookup(self, key: str, load: Callable[[str], KeyInfo | None]) -> KeyInfo | None:
         now = self.clock()
         with self._lock:

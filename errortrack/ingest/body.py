@@ -164,3 +164,25 @@ def _read_zstd(stream: Readable, cap: int) -> bytes:
             raise _too_large(cap)
         parts.append(out)
     return b"".join(parts)
+
+
+class AsyncReadable(Protocol):
+    async def read(self, size: int | None = None, /) -> bytes: ...
+
+
+async def read_wire(stream: AsyncReadable, length: int | None, cap: int) -> bytes:
+    """The body as sent (still compressed), at most ``cap`` bytes (else PayloadTooLarge).
+
+    Read whole before decoding: decoding is CPU work done in one go on the event loop.
+    A declared length over the cap is refused before anything is read.
+    """
+    if length is not None and length > cap:
+        raise PayloadTooLarge(f"request body exceeds {cap} bytes")
+    parts: list[bytes] = []
+    size = 0
+    while chunk := await stream.read(CHUNK):
+        size += len(chunk)
+        if size > cap:
+            raise PayloadTooLarge(f"request body exceeds {cap} bytes")
+        parts.append(chunk)
+    return b"".join(parts)

@@ -27,6 +27,15 @@ EVENT_TYPES = frozenset({"event", "transaction"})
 
 
 @dataclasses.dataclass
+class Accepted:
+    """An envelope turned into spool-ready rows; nothing is spooled yet."""
+
+    response: dict[str, str]  # the body the client gets once the rows are durable
+    tables: dict[str, bytes]  # table -> JSONEachRow lines
+    rows: int
+
+
+@dataclasses.dataclass
 class Ingest:
     """What ingest needs, built once by the composition root."""
 
@@ -53,6 +62,26 @@ def ingest_envelope(
     ingest: Ingest, project_id: int, header_key: str | None, body: Callable[[], bytes]
 ) -> dict[str, str]:
     """Auth, parse, build rows, rate-limit, spool. Returns the response body."""
+    return _spool(ingest, accept_envelope(ingest, project_id, header_key, body))
+
+
+def ingest_store(
+    ingest: Ingest, project_id: int, key: str | None, body: Callable[[], bytes]
+) -> dict[str, str]:
+    """The legacy ``/store/`` endpoint: the body is one JSON event."""
+    return _spool(ingest, accept_store(ingest, project_id, key, body))
+
+
+def _spool(ingest: Ingest, accepted: Accepted) -> dict[str, str]:
+    if accepted.rows:
+        ingest.spool.append(accepted.tables, accepted.rows)
+    return accepted.response
+
+
+def accept_envelope(
+    ingest: Ingest, project_id: int, header_key: str | None, body: Callable[[], bytes]
+) -> Accepted:
+    """Auth, parse, build rows, rate-limit: everything but the spool append."""
     if header_key is not None:
         info = ingest.authorize(project_id, header_key)
         parsed = envelope.parse(body())
@@ -60,13 +89,13 @@ def ingest_envelope(
         parsed = envelope.parse(body())
         info = ingest.authorize(project_id, auth.key_from_dsn(parsed.header.get("dsn")))
     ctx = ingest.context(info, parsed.header)
-    return _store(ingest, ctx, [(h.get("type", ""), h, p) for h, p in parsed.items])
+    return _accept(ingest, ctx, [(h.get("type", ""), h, p) for h, p in parsed.items])
 
 
-def ingest_store(
+def accept_store(
     ingest: Ingest, project_id: int, key: str | None, body: Callable[[], bytes]
-) -> dict[str, str]:
-    """The legacy ``/store/`` endpoint: the body is one JSON event."""
+) -> Accepted:
+    """``accept_envelope`` for a legacy ``/store/`` body (one JSON event)."""
     if key is None:
         raise Unauthorized("no sentry_key: send X-Sentry-Auth or ?sentry_key=")
     info = ingest.authorize(project_id, key)
@@ -79,15 +108,15 @@ def ingest_store(
         raise BadRequest("body must be a JSON object (one event)")
     header = {"event_id": event["event_id"]} if isinstance(event.get("event_id"), str) else {}
     ctx = ingest.context(info, {})
-    return _store(ingest, ctx, [("event", {"type": "event"}, raw)], header)
+    return _accept(ingest, ctx, [("event", {"type": "event"}, raw)], header)
 
 
-def _store(
+def _accept(
     ingest: Ingest,
     ctx: items.ItemContext,
     parts: list[tuple[str, dict[str, Any], bytes]],
     header: dict[str, Any] | None = None,
-) -> dict[str, str]:
+) -> Accepted:
     header = ctx.envelope_header if header is None else header
     tables: dict[str, list[dict[str, Any]]] = {"logs": [], "events": [], "spans": []}
     event_id: str | None = None
@@ -102,10 +131,10 @@ def _store(
             event_id = rows.event_id or (header.get("event_id") if kind in EVENT_TYPES else None)
     ingest.limiter.take(ctx.project_id, accepted)
     count = sum(len(r) for r in tables.values())
-    if count:
-        encoded = {
-            name: b"".join([orjson.dumps(r, option=_NEWLINE) for r in rows])
-            for name, rows in tables.items()
-        }
-        ingest.spool.append(encoded, count)
-    return {"id": event_id} if isinstance(event_id, str) and event_id else {}
+    encoded = {
+        name: b"".join([orjson.dumps(r, option=_NEWLINE) for r in rows])
+        for name, rows in tables.items()
+        if count
+    }
+    response = {"id": event_id} if isinstance(event_id, str) and event_id else {}
+    return Accepted(response, encoded, count)

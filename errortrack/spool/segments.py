@@ -6,6 +6,10 @@
   waiter sleeps on its own lock and is woken once, by the sync that covers its record
   (a shared condition woke every waiter per sync: measured, that herd cost more CPU
   than the rest of an event request).
+- ``append_async`` is the same for a request served on an event loop: the record is
+  written at once and the caller awaits a future. The loop must never block on an
+  fdatasync, so when such a request would lead, a syncer thread leads for it; the sync
+  that covers a record resolves its future through ``call_soon_threadsafe``.
 - A segment is sealed (handed to the writer) when it holds ``batch_rows`` rows or when
   the writer finds it older than its age limit. One sealed segment = one insert batch,
   and its file name makes the insert deduplication token, so a replay is applied once.
@@ -16,9 +20,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import os
+import queue
 import secrets
 import threading
 import time
@@ -53,6 +59,42 @@ class _Waiter:
         self.lead = False  # woken to become the next leader rather than as durable
 
 
+class _AsyncWaiter:
+    """A request on an event loop waiting for its record to be durable.
+
+    Quacks like ``_Waiter`` for the group commit: ``lock.release()`` either resolves the
+    future (durable) or, when ``lead`` was set, hands the sync to the syncer thread.
+    """
+
+    __slots__ = ("future", "lead", "lock", "loop", "mine", "spool")
+
+    def __init__(self, spool: Spool, mine: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.spool = spool
+        self.mine = mine
+        self.loop = loop
+        self.future: asyncio.Future[None] = loop.create_future()
+        self.lead = False
+        self.lock = self  # the group commit calls ``waiter.lock.release()``
+
+    def release(self) -> None:
+        if self.lead:
+            self.spool._syncer_queue().put(self)
+        else:
+            self.settle(None)
+
+    def settle(self, error: BaseException | None) -> None:
+        self.loop.call_soon_threadsafe(_settle, self.future, error)
+
+
+def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if future.done():  # the request was cancelled (client gone): nothing to tell
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
+
+
 class Spool:
     def __init__(self, root: Path, *, max_bytes: int, batch_rows: int, retry_after: int = 5):
         self.root = root
@@ -68,9 +110,12 @@ class Spool:
         self._written = 0  # records written
         self._synced = 0  # records known durable
         self._syncing = False
-        self._waiters: collections.deque[_Waiter] = collections.deque()  # by ``mine``
+        self._waiters: collections.deque[_Waiter | _AsyncWaiter] = (
+            collections.deque()
+        )  # by ``mine``
         self._sealers = 0  # threads waiting in _seal_locked for the sync to end
         self.syncs = 0  # fdatasync calls, for tests and diagnostics
+        self._syncer: queue.SimpleQueue[_AsyncWaiter | None] | None = None
 
     # -- ownership ---------------------------------------------------------------------
     def open(self) -> None:
@@ -93,6 +138,9 @@ class Spool:
         """Seal what is written and release the directory (its segments stay for replay)."""
         with self._cond:
             self._seal_locked()
+            if self._syncer is not None:
+                self._syncer.put(None)  # the syncer thread ends
+                self._syncer = None
             if self._lock_file is not None:
                 os.close(self._lock_file)
                 self._lock_file = None
@@ -111,14 +159,7 @@ class Spool:
         """Durably store one request's rows; raises Unavailable when over the size cap."""
         record = records.encode(tables)
         with self._cond:
-            if self._bytes >= self.max_bytes:
-                raise Unavailable(
-                    "the ingest spool is full (ClickHouse is behind); retry later",
-                    retry_after=self.retry_after,
-                )
-            if self.dir is None:
-                self.open()  # tests that never start the writer still spool durably
-            seg = self._write_locked(record, rows)
+            seg = self._admit_locked(record, rows)
             waiter = None
             if self._syncing or self._sealers:
                 waiter = _Waiter(self._written)
@@ -133,6 +174,74 @@ class Spool:
             with self._cond:
                 if self._current is seg and seg.rows >= self.batch_rows:
                     self._seal_locked()
+
+    def append_async(self, tables: Mapping[str, bytes], rows: int) -> asyncio.Future[None]:
+        """``append`` for a caller on an event loop: writes now (page cache, no wait) and
+        returns a future resolved once the record is durable. Raises Unavailable at once
+        when over the size cap or when the write fails."""
+        record = records.encode(tables)
+        loop = asyncio.get_running_loop()
+        with self._cond:
+            self._admit_locked(record, rows)
+            waiter = _AsyncWaiter(self, self._written, loop)
+            if self._syncing or self._sealers:
+                self._waiters.append(waiter)
+            else:
+                self._syncing = True
+                waiter.lead = True
+        if waiter.lead:
+            self._syncer_queue().put(waiter)
+        return waiter.future
+
+    def _syncer_queue(self) -> queue.SimpleQueue[_AsyncWaiter | None]:
+        with self._cond:
+            if self._syncer is None:
+                self._syncer = queue.SimpleQueue()
+                threading.Thread(
+                    target=self._sync_for_loop,
+                    args=(self._syncer,),
+                    name="spool-sync",
+                    daemon=True,  # holds no state of its own: every record is on disk
+                ).start()
+            return self._syncer
+
+    def _sync_for_loop(self, work: queue.SimpleQueue[_AsyncWaiter | None]) -> None:
+        """Lead syncs for event-loop requests, one after another; seal full segments here
+        too, since sealing waits for a sync and must not run on the loop."""
+        while True:
+            waiter = work.get()
+            if waiter is None:
+                return
+            try:
+                self._lead()
+            except Exception as exc:  # the request that waits gets the error (a 500)
+                waiter.settle(exc)
+                continue
+            try:
+                with self._cond:
+                    seg = self._current
+                    # Not while another sync runs: the lead it hands on may be queued for
+                    # this very thread, and _seal_locked would wait for it forever.
+                    busy = self._syncing or self._sealers
+                    if seg is not None and seg.rows >= self.batch_rows and not busy:
+                        self._seal_locked()
+            except OSError:
+                # The record is durable all the same; the writer seals by age later.
+                log.exception("spool: sealing a full segment failed")
+            # After the seal, as in ``append``: the request's next record starts a new
+            # segment, so segments stay at batch_rows when requests come one at a time.
+            waiter.settle(None)
+
+    def _admit_locked(self, record: bytes, rows: int) -> _Segment:
+        """Write the record unless over the size cap (Unavailable: nothing written)."""
+        if self._bytes >= self.max_bytes:
+            raise Unavailable(
+                "the ingest spool is full (ClickHouse is behind); retry later",
+                retry_after=self.retry_after,
+            )
+        if self.dir is None:
+            self.open()  # tests that never start the writer still spool durably
+        return self._write_locked(record, rows)
 
     def _write_locked(self, record: bytes, rows: int) -> _Segment:
         if self._current is None:

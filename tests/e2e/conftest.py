@@ -9,6 +9,7 @@ import falcon.testing
 import pytest
 
 from errortrack.app import create_app
+from errortrack.server import create_server_app
 from errortrack.state import AppState
 from tests.ingest_support import make_project
 
@@ -22,7 +23,7 @@ def project(state):
 @pytest.fixture
 def ingest_client(state):
     # The app owns a spool with open segment files; close them with the test.
-    client = falcon.testing.TestClient(create_app(state=state))
+    client = falcon.testing.TestClient(create_server_app(state=state))
     yield client
     state.ingest.writer.spool.close()
 

@@ -6,9 +6,9 @@ import falcon.testing
 import orjson
 import pytest
 
-from errortrack.app import create_app
 from errortrack.ingest import runtime
 from errortrack.ingest.items import DROPPED
+from errortrack.server import create_server_app
 from tests.ingest_support import ENCODERS, log_envelope, make_project, sentry_auth
 from tests.support import FrozenClock
 
@@ -227,7 +227,7 @@ def test_oversize_body_is_413(state, project, clickhouse):
 
     small = dataclasses.replace(state.settings, max_body_bytes=10_000)
     st = AppState.build(small, engine=state.engine, clickhouse=clickhouse, clock=state.clock)
-    client = falcon.testing.TestClient(create_app(state=st))
+    client = falcon.testing.TestClient(create_server_app(state=st))
     pid, key = project
     big = log_envelope([_log("y" * 20_000)])
     _error(_post(client, pid, big, sentry_auth(key)), 413, "payload_too_large")
@@ -290,7 +290,7 @@ def test_rate_limit_answers_429_with_sentry_headers(state, project, clickhouse):
 
     limited = dataclasses.replace(state.settings, rate_limit_per_second=5)
     st = AppState.build(limited, engine=state.engine, clickhouse=clickhouse, clock=state.clock)
-    client = falcon.testing.TestClient(create_app(state=st))
+    client = falcon.testing.TestClient(create_server_app(state=st))
     pid, key = project
     assert (
         _post(

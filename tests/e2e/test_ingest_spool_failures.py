@@ -13,8 +13,8 @@ import time
 import falcon.testing
 import orjson
 
-from errortrack.app import create_app
 from errortrack.ingest import runtime
+from errortrack.server import create_server_app
 from errortrack.spool.segments import Spool
 from errortrack.spool.writer import Writer, clickhouse_insert
 from errortrack.state import AppState
@@ -58,7 +58,7 @@ def test_failing_inserts_then_cap_then_recovery_lands_each_acknowledged_log_once
         real(table, data, token)
 
     st.ingest = runtime.build(st, insert=flaky, backoff=(0.02, 0.1))
-    client = falcon.testing.TestClient(create_app(state=st))
+    client = falcon.testing.TestClient(create_server_app(state=st))
     with st.sessions() as session:
         pid, key = make_project(session)
     st.ingest.start()

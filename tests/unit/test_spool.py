@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -86,6 +89,129 @@ def test_seals_racing_group_commits_lose_and_repeat_nothing(tmp_path):
     assert sorted(lines) == sorted(
         f'{{"n":{i * 100 + j}}}'.encode() for i in range(12) for j in range(40)
     )
+
+
+def _lines(spool: Spool) -> list[bytes]:
+    spool.seal()
+    lines: list[bytes] = []
+    for path in spool.sealed():
+        lines += records.decode(path.read_bytes())[0].get("logs", b"").splitlines()
+    return sorted(lines)
+
+
+def test_async_appends_resolve_only_once_durable_and_share_fsyncs(tmp_path):
+    spool = _spool(tmp_path)
+    early = []
+
+    async def send(i: int) -> None:
+        durable = spool.append_async({"logs": b'{"n":%d}\n' % i}, 1)
+        mine = spool._written  # written synchronously by the call: this record's number
+        await durable
+        if spool._synced < mine:  # resolved before the sync that covers the record
+            early.append(i)
+
+    async def main() -> None:
+        await asyncio.wait_for(asyncio.gather(*(send(i) for i in range(200))), 30)
+
+    asyncio.run(main())
+    assert early == []
+    assert spool._synced == spool._written == 200
+    assert 0 < spool.syncs < 200  # the loop's 200 requests shared fsyncs
+    assert _lines(spool) == sorted(b'{"n":%d}' % i for i in range(200))
+    spool.close()
+
+
+def test_async_and_thread_appends_mix_with_seals_and_lose_nothing(tmp_path):
+    # Loop requests, thread requests and an age sealer all at once, segments sealing at
+    # 7 rows: nobody hangs, every record is in exactly one sealed segment.
+    spool = _spool(tmp_path, batch_rows=7)
+    stop = threading.Event()
+
+    def send(i: int) -> None:
+        for j in range(30):
+            spool.append({"logs": b'{"t":%d}\n' % (i * 100 + j)}, 1)
+
+    def sealer() -> None:
+        while not stop.is_set():
+            spool.seal_due(0.0)
+
+    async def loop_sends() -> None:
+        sends = [spool.append_async({"logs": b'{"a":%d}\n' % i}, 1) for i in range(300)]
+        await asyncio.wait_for(asyncio.gather(*sends), 30)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(6)]
+    threads.append(threading.Thread(target=sealer))
+    for t in threads:
+        t.start()
+    asyncio.run(loop_sends())
+    for t in threads[:-1]:
+        t.join(timeout=30)
+        assert not t.is_alive()
+    stop.set()
+    threads[-1].join()
+    assert _lines(spool) == sorted(
+        [b'{"a":%d}' % i for i in range(300)]
+        + [b'{"t":%d}' % (i * 100 + j) for i in range(6) for j in range(30)]
+    )
+    spool.close()
+
+
+def test_async_appends_seal_full_segments_off_the_loop(tmp_path):
+    spool = _spool(tmp_path, batch_rows=5)
+
+    async def main() -> None:
+        for i in range(12):  # one at a time: each leads its own sync
+            await spool.append_async({"logs": b'{"i":%d}\n' % i}, 1)
+
+    asyncio.run(main())
+    for _ in range(100):  # the syncer seals right after resolving the request
+        if len(spool.sealed()) == 2:
+            break
+        time.sleep(0.01)
+    assert [records.decode(p.read_bytes())[0]["logs"].count(b"\n") for p in spool.sealed()] == [
+        5,
+        5,
+    ]
+    spool.close()
+
+
+def test_a_failed_sync_fails_the_request_that_waits_for_it(tmp_path, monkeypatch):
+    spool = _spool(tmp_path)
+    real = os.fdatasync
+    failing = {"left": 1}
+
+    def fdatasync(fd: int) -> None:
+        if failing["left"]:
+            failing["left"] -= 1
+            raise OSError(5, "injected: disk error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+
+    async def main() -> None:
+        with pytest.raises(OSError, match="injected"):
+            await spool.append_async({"logs": b'{"i":1}\n'}, 1)
+        await asyncio.wait_for(spool.append_async({"logs": b'{"i":2}\n'}, 1), 10)
+
+    asyncio.run(main())
+    assert spool._synced == 2  # the next sync covered both records
+    spool.close()
+
+
+def test_close_ends_the_syncer_thread(tmp_path):
+    spool = _spool(tmp_path)
+    before = set(threading.enumerate())
+
+    async def main() -> None:
+        await spool.append_async({"logs": b'{"i":1}\n'}, 1)
+
+    asyncio.run(main())
+    syncers = [t for t in set(threading.enumerate()) - before if t.name == "spool-sync"]
+    assert len(syncers) == 1
+    spool.close()
+    for t in syncers:
+        t.join(timeout=5)
+    assert not any(t.is_alive() for t in syncers)
 
 
 def test_segment_seals_at_batch_rows_and_writer_deletes_after_insert(tmp_path):
