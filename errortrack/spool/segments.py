@@ -62,8 +62,9 @@ class _Waiter:
 class _AsyncWaiter:
     """A request on an event loop waiting for its record to be durable.
 
-    Quacks like ``_Waiter`` for the group commit: ``lock.release()`` either resolves the
-    future (durable) or, when ``lead`` was set, hands the sync to the syncer thread.
+    Sits in the group commit's queue beside ``_Waiter``s: the sync that covers it
+    resolves its future (``_release_durable_locked``); ``lock.release()`` is called only
+    to hand it the lead, which passes the sync to the syncer thread.
     """
 
     __slots__ = ("future", "lead", "lock", "loop", "mine", "spool")
@@ -77,13 +78,16 @@ class _AsyncWaiter:
         self.lock = self  # the group commit calls ``waiter.lock.release()``
 
     def release(self) -> None:
-        if self.lead:
-            self.spool._syncer_queue().put(self)
-        else:
-            self.settle(None)
+        assert self.lead  # durable waiters are resolved by _release_durable_locked
+        self.spool._syncer_queue().put(self)
 
     def settle(self, error: BaseException | None) -> None:
         self.loop.call_soon_threadsafe(_settle, self.future, error)
+
+
+def _settle_all(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
+        _settle(future, None)
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
@@ -290,8 +294,21 @@ class Spool:
                     self._hand_lead_locked()
 
     def _release_durable_locked(self) -> None:
+        durable: list[_AsyncWaiter] = []
         while self._waiters and self._waiters[0].mine <= self._synced:
-            self._waiters.popleft().lock.release()
+            waiter = self._waiters.popleft()
+            if isinstance(waiter, _AsyncWaiter):
+                durable.append(waiter)
+            else:
+                waiter.lock.release()
+        if durable:
+            # One wake-up per loop for the whole group, not one per request: each
+            # call_soon_threadsafe is a syscall and a GIL hand-off to the loop.
+            by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+            for waiter in durable:
+                by_loop.setdefault(waiter.loop, []).append(waiter.future)
+            for loop, futures in by_loop.items():
+                loop.call_soon_threadsafe(_settle_all, futures)
 
     # -- sealing and handing over ------------------------------------------------------
     def _seal_locked(self) -> None:
