@@ -39,6 +39,19 @@ class _IngestResource:
     def __init__(self, ingest: service.Ingest, max_body_bytes: int) -> None:
         self.ingest = ingest
         self.max_body_bytes = max_body_bytes
+        self._loading: dict[str, asyncio.Future[auth.KeyInfo | None]] = {}
+
+    async def _load_key(self, key: str) -> None:
+        """Load a key missing from the cache (a relational query) in a thread, off the
+        loop. One load per key at a time: when the cache entry expires under load, the
+        requests in flight for that key wait for the same query instead of each sending
+        one (and queueing for the connection pool)."""
+        loading = self._loading.get(key)
+        if loading is None:
+            started = asyncio.ensure_future(asyncio.to_thread(self.ingest.key_info, key))
+            started.add_done_callback(lambda _: self._loading.pop(key, None))
+            self._loading[key] = loading = started
+        await asyncio.shield(loading)  # one request cancelled must not cancel the load
 
     async def on_options(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, project_id: int
@@ -55,10 +68,11 @@ class _IngestResource:
             req.get_header("Authorization"),
             req.get_param("sentry_key"),
         )
-        if key is not None and not self.ingest.keys.fresh(key):
-            # Loads the key (a relational query) off the loop; a bad key is refused
-            # here, before the body is read.
-            await asyncio.to_thread(self.ingest.authorize, project_id, key)
+        if key is not None:
+            if not self.ingest.keys.fresh(key):
+                await self._load_key(key)
+            # From the cache: a bad key is refused here, before the body is read.
+            self.ingest.authorize(project_id, key)
         raw = await body.read_wire(req.stream, req.content_length, self.max_body_bytes)
         encoding = req.get_header("Content-Encoding")
         cap = self.max_body_bytes

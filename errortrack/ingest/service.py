@@ -47,11 +47,15 @@ class Ingest:
     default_retention_days: int
 
     def authorize(self, project_id: int, key: str) -> auth.KeyInfo:
-        def load(k: str) -> auth.KeyInfo | None:
-            with self.sessions() as session:
-                return auth.load_key(session, k)
+        return auth.authorize(self.key_info(key), project_id)
 
-        return auth.authorize(self.keys.lookup(key, load), project_id)
+    def key_info(self, key: str) -> auth.KeyInfo | None:
+        """The key's project and state, from the cache or (on a miss) the database."""
+        return self.keys.lookup(key, self._load_key)
+
+    def _load_key(self, key: str) -> auth.KeyInfo | None:
+        with self.sessions() as session:
+            return auth.load_key(session, key)
 
     def context(self, info: auth.KeyInfo, header: dict[str, Any]) -> items.ItemContext:
         retention = info.retention_days or self.default_retention_days

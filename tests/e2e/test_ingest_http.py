@@ -306,3 +306,44 @@ def test_rate_limit_answers_429_with_sentry_headers(state, project, clickhouse):
     st.ingest.writer.drain()
     assert sorted(r[0] for r in _logs(clickhouse, pid)) == ["0", "1", "2", "3", "4", "a"]
     st.ingest.writer.spool.close()
+
+
+def test_a_cold_key_is_loaded_once_for_requests_arriving_together(state, project, clickhouse):
+    # Drives the app as served (ASGI) on one event loop: 30 requests for a key that is
+    # not cached, all in flight at once, must share one relational lookup; so must a
+    # wrong key's requests, all refused.
+    import asyncio
+
+    import httpx
+    import sqlalchemy as sa
+
+    pid, key = project
+    app = create_server_app(state=state)
+    lookups: list[str] = []
+
+    def count(conn, cursor, statement, *args):
+        if "FROM project_keys" in statement:
+            lookups.append(statement)
+
+    sa.event.listen(state.engine, "before_cursor_execute", count)
+    try:
+
+        async def burst(auth_key: str) -> list[int]:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                body = log_envelope([_log("cold")])
+                sends = [
+                    c.post(f"/api/{pid}/envelope/", content=body, headers=sentry_auth(auth_key))
+                    for _ in range(30)
+                ]
+                return [r.status_code for r in await asyncio.gather(*sends)]
+
+        assert asyncio.run(burst(key)) == [200] * 30
+        assert len(lookups) == 1
+        assert asyncio.run(burst("e" * 32)) == [403] * 30
+        assert len(lookups) == 2
+    finally:
+        sa.event.remove(state.engine, "before_cursor_execute", count)
+        state.ingest.writer.spool.close()
+    state.ingest.writer.drain()
+    assert len(_logs(clickhouse, pid)) == 30
