@@ -27,6 +27,7 @@ from pathlib import Path
 import orjson
 
 from bench.logdata import envelope_logs
+from errortrack.config import Settings
 from tests.ingest_support import create_project_in, log_envelope
 from tests.support import Server, server_env
 
@@ -196,7 +197,9 @@ def main() -> None:
     parser.add_argument("--half-seconds", type=float, default=10)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--threads", type=int, default=8, help="server threads")
-    parser.add_argument("--batch-rows", type=int, default=20_000)
+    parser.add_argument(
+        "--batch-rows", type=int, default=Settings().writer_batch_rows, help="server default"
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     data = tmp / "data"

@@ -132,8 +132,11 @@ class Settings:
     # Ingest spool: above this many bytes of rows not yet in ClickHouse, ingest answers 503.
     spool_max_bytes: int = _setting(2**30, _positive_int, "Spool size cap in bytes (503)")
     # The writer inserts a batch at this many rows or at WRITER_MAX_AGE_MS, whichever first;
-    # ClickHouse wants big inserts (about 4-5 ms fixed cost each), bench/RESULTS.md.
-    writer_batch_rows: int = _setting(20_000, _positive_int, "Rows per ClickHouse insert")
+    # ClickHouse wants big inserts (about 4-5 ms fixed cost each), but each insert holds
+    # its batch's parts in memory while it builds them: 10k rows peaked at 594-607 MB RSS
+    # under the ingest benchmark against 690-731 MB at 20k, logs/s within the run-to-run
+    # spread (bench/RESULTS.md, fourth session).
+    writer_batch_rows: int = _setting(10_000, _positive_int, "Rows per ClickHouse insert")
     writer_max_age_ms: int = _setting(1000, _positive_int, "Max age in ms of a spooled batch")
     # Accepted items per second per project (a log counts once per log line); 0 = no limit.
     rate_limit_per_second: int = _setting(0, _non_negative_int, "Ingest items/s per project")
