@@ -6,10 +6,11 @@
   waiter sleeps on its own lock and is woken once, by the sync that covers its record
   (a shared condition woke every waiter per sync: measured, that herd cost more CPU
   than the rest of an event request).
-- ``append_async`` is the same for a request served on an event loop: the record is
-  written at once and the caller awaits a future. The loop must never block on an
-  fdatasync, so when such a request would lead, a syncer thread leads for it; the sync
-  that covers a record resolves its future through ``call_soon_threadsafe``.
+- ``append_async`` is the same for a request served on an event loop: the caller gets a
+  future at once. The loop must never block or give up the GIL on a syscall, so a
+  syncer thread writes the queued records, joins them to the group commit, leads the
+  sync when nobody else does, and resolves the futures (one ``call_soon_threadsafe``
+  per loop and sync).
 - A segment is sealed (handed to the writer) when it holds ``batch_rows`` rows or when
   the writer finds it older than its age limit. One sealed segment = one insert batch,
   and its file name makes the insert deduplication token, so a replay is applied once.
@@ -50,13 +51,14 @@ class _Segment:
 class _Waiter:
     """One request waiting for its record (number ``mine``) to be durable."""
 
-    __slots__ = ("lead", "lock", "mine")
+    __slots__ = ("error", "lead", "lock", "mine")
 
     def __init__(self, mine: int) -> None:
         self.mine = mine
         self.lock = threading.Lock()
         self.lock.acquire()  # released by whoever wakes this request
         self.lead = False  # woken to become the next leader rather than as durable
+        self.error: Exception | None = None  # woken because the sync covering it failed
 
 
 class _AsyncWaiter:
@@ -69,9 +71,9 @@ class _AsyncWaiter:
 
     __slots__ = ("future", "lead", "lock", "loop", "mine", "spool")
 
-    def __init__(self, spool: Spool, mine: int, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, spool: Spool, loop: asyncio.AbstractEventLoop) -> None:
         self.spool = spool
-        self.mine = mine
+        self.mine = 0  # the record's number, set when the syncer thread writes it
         self.loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
         self.lead = False
@@ -83,6 +85,11 @@ class _AsyncWaiter:
 
     def settle(self, error: BaseException | None) -> None:
         self.loop.call_soon_threadsafe(_settle, self.future, error)
+
+
+# What the syncer thread is given: a record to write (and its request), a handed lead,
+# or None to stop.
+_Job = tuple[bytes, int, _AsyncWaiter] | _AsyncWaiter | None
 
 
 def _settle_all(futures: list[asyncio.Future[None]]) -> None:
@@ -119,7 +126,13 @@ class Spool:
         )  # by ``mine``
         self._sealers = 0  # threads waiting in _seal_locked for the sync to end
         self.syncs = 0  # fdatasync calls, for tests and diagnostics
-        self._syncer: queue.SimpleQueue[_AsyncWaiter | None] | None = None
+        self._syncer: queue.SimpleQueue[_Job] | None = None
+        self._syncer_thread: threading.Thread | None = None
+        # Bytes queued for the syncer thread and not written yet, for the size cap: the
+        # loops add (under their own small lock), the syncer thread subtracts.
+        self._queued_in = 0
+        self._queued_out = 0
+        self._queue_lock = threading.Lock()
 
     # -- ownership ---------------------------------------------------------------------
     def open(self) -> None:
@@ -140,11 +153,12 @@ class Spool:
 
     def close(self) -> None:
         """Seal what is written and release the directory (its segments stay for replay)."""
+        if self._syncer is not None and self._syncer_thread is not None:
+            self._syncer.put(None)  # it writes and syncs what is queued, then ends
+            self._syncer_thread.join(timeout=60)
+            self._syncer = self._syncer_thread = None
         with self._cond:
             self._seal_locked()
-            if self._syncer is not None:
-                self._syncer.put(None)  # the syncer thread ends
-                self._syncer = None
             if self._lock_file is not None:
                 os.close(self._lock_file)
                 self._lock_file = None
@@ -172,6 +186,8 @@ class Spool:
                 self._syncing = True  # leader: nobody is syncing, so sync now
         if waiter is not None:
             waiter.lock.acquire()
+            if waiter.error is not None:
+                raise waiter.error
         if waiter is None or waiter.lead:
             self._lead()
         if seg.rows >= self.batch_rows:
@@ -180,60 +196,107 @@ class Spool:
                     self._seal_locked()
 
     def append_async(self, tables: Mapping[str, bytes], rows: int) -> asyncio.Future[None]:
-        """``append`` for a caller on an event loop: writes now (page cache, no wait) and
-        returns a future resolved once the record is durable. Raises Unavailable at once
-        when over the size cap or when the write fails."""
+        """``append`` for a caller on an event loop: returns at once with a future resolved
+        once the record is durable. Raises Unavailable at once when over the size cap;
+        the future fails with Unavailable if the write fails."""
         record = records.encode(tables)
-        loop = asyncio.get_running_loop()
-        with self._cond:
-            self._admit_locked(record, rows)
-            waiter = _AsyncWaiter(self, self._written, loop)
-            if self._syncing or self._sealers:
-                self._waiters.append(waiter)
-            else:
-                self._syncing = True
-                waiter.lead = True
-        if waiter.lead:
-            self._syncer_queue().put(waiter)
+        waiter = _AsyncWaiter(self, asyncio.get_running_loop())
+        with self._queue_lock:
+            # Counters read without the spool's lock: the cap is a bound on disk use, and
+            # queued bytes count, so it cannot be overrun by more than one request.
+            if self._bytes + self._queued_in - self._queued_out >= self.max_bytes:
+                raise Unavailable(
+                    "the ingest spool is full (ClickHouse is behind); retry later",
+                    retry_after=self.retry_after,
+                )
+            self._queued_in += len(record)
+        self._syncer_queue().put((record, rows, waiter))
         return waiter.future
 
-    def _syncer_queue(self) -> queue.SimpleQueue[_AsyncWaiter | None]:
+    def _syncer_queue(self) -> queue.SimpleQueue[_Job]:
+        syncer = self._syncer
+        if syncer is not None:
+            return syncer
         with self._cond:
             if self._syncer is None:
                 self._syncer = queue.SimpleQueue()
-                threading.Thread(
+                self._syncer_thread = threading.Thread(
                     target=self._sync_for_loop,
                     args=(self._syncer,),
                     name="spool-sync",
-                    daemon=True,  # holds no state of its own: every record is on disk
-                ).start()
+                    daemon=True,  # close() stops it; a crash loses only unacknowledged rows
+                )
+                self._syncer_thread.start()
             return self._syncer
 
-    def _sync_for_loop(self, work: queue.SimpleQueue[_AsyncWaiter | None]) -> None:
-        """Lead syncs for event-loop requests, one after another; seal full segments here
-        too, since sealing waits for a sync and must not run on the loop."""
-        while True:
-            waiter = work.get()
-            if waiter is None:
-                return
-            try:
-                self._lead()
-            except Exception as exc:  # the request that waits gets the error (a 500)
-                waiter.settle(exc)
-                continue
-            try:
-                with self._cond:
-                    seg = self._current
-                    # Not while another sync runs: the lead it hands on may be queued for
-                    # this very thread, and _seal_locked would wait for it forever.
-                    busy = self._syncing or self._sealers
-                    if seg is not None and seg.rows >= self.batch_rows and not busy:
-                        self._seal_locked()
-            except OSError:
-                # The record is durable all the same; the writer seals by age later.
-                log.exception("spool: sealing a full segment failed")
-            # After the seal, as in ``append``: the request's next record starts a new
-            # segment, so segments stay at batch_rows when requests come one at a time.
+    def _sync_for_loop(self, work: queue.SimpleQueue[_Job]) -> None:
+        """Write what the loops queued, join the group commit, lead when nobody does (or
+        when handed the lead), seal full segments: all the blocking work, off the loops."""
+        stop = False
+        while not stop:
+            jobs = [work.get()]
+            while True:  # everything queued meanwhile shares this round's sync
+                try:
+                    jobs.append(work.get_nowait())
+                except queue.Empty:
+                    break
+            writes: list[tuple[bytes, int, _AsyncWaiter]] = []
+            handed: list[_AsyncWaiter] = []
+            for job in jobs:
+                if job is None:
+                    stop = True
+                elif isinstance(job, tuple):
+                    writes.append(job)
+                else:
+                    handed.append(job)
+            failed = self._write_queued(writes)
+            with self._cond:
+                lead = bool(handed)  # a handed lead: _syncing is already ours
+                if not lead and self._waiters and not self._syncing and not self._sealers:
+                    self._syncing = lead = True
+            for waiter, error in failed:
+                waiter.settle(error)
+            if lead:
+                self._lead_for_loop(handed)
+
+    def _write_queued(
+        self, writes: list[tuple[bytes, int, _AsyncWaiter]]
+    ) -> list[tuple[_AsyncWaiter, Exception]]:
+        failed: list[tuple[_AsyncWaiter, Exception]] = []
+        with self._cond:
+            for record, rows, waiter in writes:
+                try:
+                    if self.dir is None:
+                        self.open()  # tests that never start the writer spool durably too
+                    self._write_locked(record, rows)
+                except (Unavailable, OSError) as exc:
+                    failed.append((waiter, exc))
+                    continue
+                finally:
+                    self._queued_out += len(record)
+                waiter.mine = self._written
+                self._waiters.append(waiter)
+        return failed
+
+    def _lead_for_loop(self, handed: list[_AsyncWaiter]) -> None:
+        try:
+            self._lead()
+        except Unavailable as error:  # the requests handed the lead fail as the others did
+            for waiter in handed:
+                waiter.settle(error)
+            return
+        try:
+            with self._cond:
+                seg = self._current
+                # Not while another sync runs: the lead it hands on may be queued for this
+                # very thread, and _seal_locked would wait for it forever.
+                busy = self._syncing or self._sealers
+                if seg is not None and seg.rows >= self.batch_rows and not busy:
+                    self._seal_locked()
+        except OSError:
+            # The records are durable all the same; the writer seals by age later.
+            log.exception("spool: sealing a full segment failed")
+        for waiter in handed:
             waiter.settle(None)
 
     def _admit_locked(self, record: bytes, rows: int) -> _Segment:
@@ -282,6 +345,10 @@ class Spool:
                 os.fdatasync(seg.fd)
                 self.syncs += 1
             synced = True
+        except OSError as exc:
+            with self._cond:
+                error = self._fail_covered_locked(target, exc)
+            raise error from None
         finally:
             with self._cond:
                 if synced:
@@ -292,6 +359,25 @@ class Spool:
                     self._cond.notify_all()  # the sealer syncs and wakes the rest
                 elif self._waiters:
                     self._hand_lead_locked()
+
+    def _fail_covered_locked(self, target: int, exc: OSError) -> Unavailable:
+        """A failed fdatasync: the records it was to cover (up to ``target``) cannot be
+        called durable, and a retried sync cannot tell (Linux may have dropped the dirty
+        pages with the error), so their requests fail (503: the SDK may resend; the rows
+        that did reach the disk are inserted all the same, so a resend can duplicate
+        but nothing acknowledged is lost)."""
+        error = Unavailable(f"the ingest spool cannot sync: {exc}", retry_after=self.retry_after)
+        failed: list[_AsyncWaiter] = []
+        while self._waiters and self._waiters[0].mine <= target:
+            waiter = self._waiters.popleft()
+            if isinstance(waiter, _AsyncWaiter):
+                failed.append(waiter)
+            else:
+                waiter.error = error
+                waiter.lock.release()
+        for waiter in failed:
+            waiter.settle(error)
+        return error
 
     def _release_durable_locked(self) -> None:
         durable: list[_AsyncWaiter] = []
@@ -320,14 +406,18 @@ class Spool:
                 self._cond.wait()
         finally:
             self._sealers -= 1
+        target = self._written
         try:
             seg, self._current = self._current, None
             if seg is not None:
                 os.fdatasync(seg.fd)
                 os.close(seg.fd)
-                self._synced = self._written
+                self._synced = target
                 self._sealed.append(seg.path)
                 self._cond.notify_all()
+        except OSError as exc:
+            self._fail_covered_locked(target, exc)
+            raise
         finally:
             self._release_durable_locked()
             if self._waiters and not self._syncing and not self._sealers:

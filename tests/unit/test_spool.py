@@ -108,16 +108,27 @@ def _lines(spool: Spool) -> list[bytes]:
     return sorted(lines)
 
 
-def test_async_appends_resolve_only_once_durable_and_share_fsyncs(tmp_path):
+def test_async_appends_resolve_only_once_durable_and_share_fsyncs(tmp_path, monkeypatch):
     spool = _spool(tmp_path)
+    real = os.fdatasync
+    synced: dict[str, int] = {}  # segment file -> bytes covered by its last fdatasync
+
+    def fdatasync(fd: int) -> None:
+        size = os.fstat(fd).st_size
+        real(fd)
+        synced[os.readlink(f"/proc/self/fd/{fd}")] = size
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
     early = []
 
     async def send(i: int) -> None:
-        durable = spool.append_async({"logs": b'{"n":%d}\n' % i}, 1)
-        mine = spool._written  # written synchronously by the call: this record's number
-        await durable
-        if spool._synced < mine:  # resolved before the sync that covers the record
-            early.append(i)
+        await spool.append_async({"logs": b'{"n":%d}\n' % i}, 1)
+        # Resolved only once a sync covered the record's bytes in its segment.
+        for path, size in synced.items():
+            at = Path(path).read_bytes().find(b'{"n":%d}\n' % i)
+            if at >= 0 and at + 8 <= size:
+                return
+        early.append(i)
 
     async def main() -> None:
         await asyncio.wait_for(asyncio.gather(*(send(i) for i in range(200))), 30)
@@ -127,6 +138,18 @@ def test_async_appends_resolve_only_once_durable_and_share_fsyncs(tmp_path):
     assert spool._synced == spool._written == 200
     assert 0 < spool.syncs < 200  # the loop's 200 requests shared fsyncs
     assert _lines(spool) == sorted(b'{"n":%d}' % i for i in range(200))
+    spool.close()
+
+
+def test_async_appends_over_the_cap_are_503_at_once(tmp_path):
+    spool = _spool(tmp_path, max_bytes=300)
+
+    async def main() -> None:
+        await spool.append_async({"logs": b"x" * 400}, 1)
+        with pytest.raises(Unavailable):
+            spool.append_async({"logs": b"y"}, 1)
+
+    asyncio.run(main())
     spool.close()
 
 
@@ -198,12 +221,57 @@ def test_a_failed_sync_fails_the_request_that_waits_for_it(tmp_path, monkeypatch
     monkeypatch.setattr(os, "fdatasync", fdatasync)
 
     async def main() -> None:
-        with pytest.raises(OSError, match="injected"):
+        with pytest.raises(Unavailable, match=r"cannot sync: .*injected"):
             await spool.append_async({"logs": b'{"i":1}\n'}, 1)
         await asyncio.wait_for(spool.append_async({"logs": b'{"i":2}\n'}, 1), 10)
 
     asyncio.run(main())
     assert spool._synced == 2  # the next sync covered both records
+    spool.close()
+
+
+def test_a_failed_sync_fails_every_thread_request_it_covered(tmp_path, monkeypatch):
+    # Not only its leader: a retried fdatasync could succeed although the kernel dropped
+    # the pages the failed one should have written, so nobody it covered gets a 200.
+    spool = _spool(tmp_path)
+    real = os.fdatasync
+    calls = {"n": 0}
+    first_sync, release = threading.Event(), threading.Event()
+
+    def fdatasync(fd: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:  # request 0 leads; 1-5 are written and queue meanwhile
+            first_sync.set()
+            release.wait(10)
+        elif calls["n"] == 2:  # the lead handed on covers 1-5, and fails
+            raise OSError(5, "injected: disk error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    results: dict[int, str] = {}
+
+    def send(i: int) -> None:
+        try:
+            spool.append({"logs": b'{"i":%d}\n' % i}, 1)
+            results[i] = "ok"
+        except Unavailable:
+            results[i] = "503"
+
+    first = threading.Thread(target=send, args=(0,))
+    first.start()
+    assert first_sync.wait(10)
+    others = [threading.Thread(target=send, args=(i,)) for i in range(1, 6)]
+    for t in others:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(spool._waiters) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    for t in [first, *others]:
+        t.join(10)
+    assert results == {0: "ok", 1: "503", 2: "503", 3: "503", 4: "503", 5: "503"}
+    send(6)
+    assert results[6] == "ok"  # the spool goes on
     spool.close()
 
 
