@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import os
 import queue
@@ -31,6 +32,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from errortrack.errors import Unavailable
 from errortrack.spool import ownership, records
@@ -84,12 +86,19 @@ class _AsyncWaiter:
         self.spool._syncer_queue().put(self)
 
     def settle(self, error: BaseException | None) -> None:
-        self.loop.call_soon_threadsafe(_settle, self.future, error)
+        _tell(self.loop, _settle, self.future, error)
 
 
 # What the syncer thread is given: a record to write (and its request), a handed lead,
 # or None to stop.
 _Job = tuple[bytes, int, _AsyncWaiter] | _AsyncWaiter | None
+
+
+def _tell(loop: asyncio.AbstractEventLoop, callback: Any, *args: Any) -> None:
+    # A closed loop (the server is stopping) raises: nobody waits for the answer, and the
+    # caller must still go on updating the spool's state.
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, *args)
 
 
 def _settle_all(futures: list[asyncio.Future[None]]) -> None:
@@ -394,7 +403,7 @@ class Spool:
             for waiter in durable:
                 by_loop.setdefault(waiter.loop, []).append(waiter.future)
             for loop, futures in by_loop.items():
-                loop.call_soon_threadsafe(_settle_all, futures)
+                _tell(loop, _settle_all, futures)
 
     # -- sealing and handing over ------------------------------------------------------
     def _seal_locked(self) -> None:

@@ -275,6 +275,55 @@ def test_a_failed_sync_fails_every_thread_request_it_covered(tmp_path, monkeypat
     spool.close()
 
 
+def test_a_request_whose_loop_is_gone_does_not_stop_the_spool(tmp_path):
+    # A request on a loop that closed before its sync (a server stopping): the sync that
+    # covers it must still finish, and the spool must still seal and close.
+    spool = _spool(tmp_path)
+    gate, release = threading.Event(), threading.Event()
+
+    def slow() -> None:
+        spool.append({"logs": b'{"t":1}\n'}, 1)  # a thread leads; it blocks below
+
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        if not gate.is_set():
+            gate.set()
+            release.wait(10)
+        real(fd)
+
+    os_patch = pytest.MonkeyPatch()
+    os_patch.setattr(os, "fdatasync", fdatasync)
+    try:
+        leader = threading.Thread(target=slow)
+        leader.start()
+        assert gate.wait(10)
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(_queue_one(spool))  # queued behind the leader's sync
+        deadline = time.monotonic() + 10
+        while spool._written < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        loop.close()
+        release.set()
+        leader.join(10)
+        assert not leader.is_alive()
+    finally:
+        os_patch.undo()
+    spool.close()  # seals both records; no hang, no error
+    assert _lines_of(spool) == [b'{"a":1}', b'{"t":1}']
+
+
+async def _queue_one(spool: Spool) -> None:
+    spool.append_async({"logs": b'{"a":1}\n'}, 1)  # not awaited: its loop goes away
+
+
+def _lines_of(spool: Spool) -> list[bytes]:
+    lines: list[bytes] = []
+    for path in spool.sealed():
+        lines += records.decode(path.read_bytes())[0].get("logs", b"").splitlines()
+    return sorted(lines)
+
+
 def test_close_ends_the_syncer_thread(tmp_path):
     spool = _spool(tmp_path)
     before = set(threading.enumerate())
