@@ -76,7 +76,7 @@ class _IngestResource:
         raw = await body.read_wire(req.stream, req.content_length, self.max_body_bytes)
         encoding = req.get_header("Content-Encoding")
         cap = self.max_body_bytes
-        accepted = type(self).accept(
+        accepted = self.accept(
             self.ingest, project_id, key, lambda: body.read_body(io.BytesIO(raw), encoding, cap)
         )
         if accepted.rows:

@@ -1,9 +1,10 @@
-"""Ingest as plain functions: an envelope (or a /store/ body) -> rows in the spool.
+"""Ingest as plain functions: an envelope (or a /store/ body) -> rows ready for the spool.
 
 Nothing here sees a request: the resource reads the body and the auth places and hands
-over bytes and strings. Order matters for cost: the header auth is checked before the
-body is decompressed, and the whole envelope is parsed and turned into rows before
-anything is spooled, so a malformed item refuses the envelope without a half write.
+over bytes and strings, then appends the ``Accepted`` rows to the spool. Order matters
+for cost: the header auth is checked before the body is decompressed, and the whole
+envelope is parsed and turned into rows before anything is spooled, so a malformed item
+refuses the envelope without a half write.
 """
 
 from __future__ import annotations
@@ -62,26 +63,6 @@ class Ingest:
         return items.ItemContext(info.project_id, self.clock(), retention, header)
 
 
-def ingest_envelope(
-    ingest: Ingest, project_id: int, header_key: str | None, body: Callable[[], bytes]
-) -> dict[str, str]:
-    """Auth, parse, build rows, rate-limit, spool. Returns the response body."""
-    return _spool(ingest, accept_envelope(ingest, project_id, header_key, body))
-
-
-def ingest_store(
-    ingest: Ingest, project_id: int, key: str | None, body: Callable[[], bytes]
-) -> dict[str, str]:
-    """The legacy ``/store/`` endpoint: the body is one JSON event."""
-    return _spool(ingest, accept_store(ingest, project_id, key, body))
-
-
-def _spool(ingest: Ingest, accepted: Accepted) -> dict[str, str]:
-    if accepted.rows:
-        ingest.spool.append(accepted.tables, accepted.rows)
-    return accepted.response
-
-
 def accept_envelope(
     ingest: Ingest, project_id: int, header_key: str | None, body: Callable[[], bytes]
 ) -> Accepted:
@@ -135,10 +116,13 @@ def _accept(
             event_id = rows.event_id or (header.get("event_id") if kind in EVENT_TYPES else None)
     ingest.limiter.take(ctx.project_id, accepted)
     count = sum(len(r) for r in tables.values())
-    encoded = {
-        name: b"".join([orjson.dumps(r, option=_NEWLINE) for r in rows])
-        for name, rows in tables.items()
+    encoded = (
+        {
+            name: b"".join([orjson.dumps(r, option=_NEWLINE) for r in rows])
+            for name, rows in tables.items()
+        }
         if count
-    }
+        else {}
+    )
     response = {"id": event_id} if isinstance(event_id, str) and event_id else {}
     return Accepted(response, encoded, count)

@@ -101,9 +101,9 @@ def _tell(loop: asyncio.AbstractEventLoop, callback: Any, *args: Any) -> None:
         loop.call_soon_threadsafe(callback, *args)
 
 
-def _settle_all(futures: list[asyncio.Future[None]]) -> None:
+def _settle_all(futures: list[asyncio.Future[None]], error: BaseException | None) -> None:
     for future in futures:
-        _settle(future, None)
+        _settle(future, error)
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
@@ -214,10 +214,7 @@ class Spool:
             # Counters read without the spool's lock: the cap is a bound on disk use, and
             # queued bytes count, so it cannot be overrun by more than one request.
             if self._bytes + self._queued_in - self._queued_out >= self.max_bytes:
-                raise Unavailable(
-                    "the ingest spool is full (ClickHouse is behind); retry later",
-                    retry_after=self.retry_after,
-                )
+                raise self._full()
             self._queued_in += len(record)
         self._syncer_queue().put((record, rows, waiter))
         return waiter.future
@@ -311,13 +308,16 @@ class Spool:
     def _admit_locked(self, record: bytes, rows: int) -> _Segment:
         """Write the record unless over the size cap (Unavailable: nothing written)."""
         if self._bytes >= self.max_bytes:
-            raise Unavailable(
-                "the ingest spool is full (ClickHouse is behind); retry later",
-                retry_after=self.retry_after,
-            )
+            raise self._full()
         if self.dir is None:
             self.open()  # tests that never start the writer still spool durably
         return self._write_locked(record, rows)
+
+    def _full(self) -> Unavailable:
+        return Unavailable(
+            "the ingest spool is full (ClickHouse is behind); retry later",
+            retry_after=self.retry_after,
+        )
 
     def _write_locked(self, record: bytes, rows: int) -> _Segment:
         if self._current is None:
@@ -376,34 +376,26 @@ class Spool:
         that did reach the disk are inserted all the same, so a resend can duplicate
         but nothing acknowledged is lost)."""
         error = Unavailable(f"the ingest spool cannot sync: {exc}", retry_after=self.retry_after)
-        failed: list[_AsyncWaiter] = []
-        while self._waiters and self._waiters[0].mine <= target:
-            waiter = self._waiters.popleft()
-            if isinstance(waiter, _AsyncWaiter):
-                failed.append(waiter)
-            else:
-                waiter.error = error
-                waiter.lock.release()
-        for waiter in failed:
-            waiter.settle(error)
+        self._wake_locked(target, error)
         return error
 
     def _release_durable_locked(self) -> None:
-        durable: list[_AsyncWaiter] = []
-        while self._waiters and self._waiters[0].mine <= self._synced:
+        self._wake_locked(self._synced, None)
+
+    def _wake_locked(self, upto: int, error: Exception | None) -> None:
+        """Wake the waiters of records up to ``upto``: durable, or failed with ``error``."""
+        on_loops: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+        while self._waiters and self._waiters[0].mine <= upto:
             waiter = self._waiters.popleft()
             if isinstance(waiter, _AsyncWaiter):
-                durable.append(waiter)
+                on_loops.setdefault(waiter.loop, []).append(waiter.future)
             else:
+                waiter.error = error
                 waiter.lock.release()
-        if durable:
-            # One wake-up per loop for the whole group, not one per request: each
-            # call_soon_threadsafe is a syscall and a GIL hand-off to the loop.
-            by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-            for waiter in durable:
-                by_loop.setdefault(waiter.loop, []).append(waiter.future)
-            for loop, futures in by_loop.items():
-                _tell(loop, _settle_all, futures)
+        # One wake-up per loop for the whole group, not one per request: each
+        # call_soon_threadsafe is a syscall and a GIL hand-off to the loop.
+        for loop, futures in on_loops.items():
+            _tell(loop, _settle_all, futures, error)
 
     # -- sealing and handing over ------------------------------------------------------
     def _seal_locked(self) -> None:
