@@ -147,7 +147,7 @@ def _writer_side(data: Path, url: str, bodies: list[bytes], batch_rows: int) -> 
     from errortrack.ingest.items import ItemContext
     from errortrack.issues.events import handle_event
     from errortrack.issues.grouping import GroupingHook
-    from errortrack.spool.writer import INSERT_SETTINGS
+    from errortrack.spool.writer import INSERT_SETTINGS, decode_row
 
     pid, _ = create_project_in(url, name="writer-side")
     ctx = ItemContext(pid, dt.datetime.now(dt.UTC), 90, {})
@@ -161,7 +161,7 @@ def _writer_side(data: Path, url: str, bodies: list[bytes], batch_rows: int) -> 
     client = store.client()
     start = time.perf_counter()
     for n in range(0, len(lines), batch_rows):
-        rows = hook([orjson.loads(line) for line in lines[n : n + batch_rows]], f"bench-{n}")
+        rows = hook([decode_row(line) for line in lines[n : n + batch_rows]], f"bench-{n}")
         block = b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows)
         client.raw_insert(
             "events",

@@ -36,7 +36,13 @@ INSERT_SETTINGS = {
     # and a single-threaded parse of a 20k-row batch was no slower in the benchmark
     # (bench/RESULTS.md, with clickhouse/0008).
     "input_format_parallel_parsing": 0,
+    # Event payloads arrive as raw JSON objects for a String column (the default since
+    # ClickHouse 23; said here because the stored bytes depend on it).
+    "input_format_json_read_objects_as_strings": 1,
 }
+# Event rows end with this key (errortrack.issues.events.event_row). Keys before it hold
+# scalars, and a JSON string holds no unescaped quote, so its first match is the key.
+_PAYLOAD_KEY = b',"payload":'
 
 
 def clickhouse_insert(store: ClickHouse) -> Insert:
@@ -124,8 +130,23 @@ class Writer:
             token = f"{path.stem}:{table}"
             hook = self.hooks.get(table)
             if hook is not None:
-                rows = hook([orjson.loads(line) for line in data.splitlines()], token)
+                rows = hook([decode_row(line) for line in data.splitlines()], token)
                 data = b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows)
                 if not data:
                     continue
             self.insert(table, data, token)
+
+
+def decode_row(line: bytes) -> dict[str, Any]:
+    """A spooled JSONEachRow line as a dict for a hook; a trailing ``payload`` stays raw
+    JSON (``orjson.Fragment``), written back unchanged by ``orjson.dumps``.
+
+    The fast path applies only when ``payload`` is the last key (the line ends right
+    after its string or object value); rows of other shapes, such as those spooled by an
+    older version with ``retention_days`` last, are parsed whole."""
+    cut = line.find(_PAYLOAD_KEY)
+    if cut < 0 or not line.endswith((b'"}', b"}}")):
+        return orjson.loads(line)
+    row: dict[str, Any] = orjson.loads(line[:cut] + b"}")
+    row["payload"] = orjson.Fragment(line[cut + len(_PAYLOAD_KEY) : -1])
+    return row

@@ -128,3 +128,33 @@ def test_a_replayed_segment_is_counted_and_stored_once(state, ingest_client, pro
         "SELECT count() FROM events WHERE project_id = {p:UInt64}", parameters={"p": pid}
     )
     assert count == 1
+
+
+def test_the_payload_column_holds_the_event_exactly_as_sent(
+    state, ingest_client, project, clickhouse
+):
+    """One-line events go into the insert as raw JSON and are read into the String column
+    as their text; a body with newlines (a pretty-printed /store/ event) goes as a JSON
+    string. Both must store the bytes the SDK sent."""
+    pid, key = project
+    one_line = (
+        b'{"event_id":"' + b"c" * 32 + b'","message":"caf\xc3\xa9 \\"q\\" \\u00e9 \\n",'
+        b' "extra": {"n": 1.50, "big": 123456789012345678901234567890, "x": [ ]}}'
+    )
+    pretty = b'{\n  "event_id": "' + b"d" * 32 + b'",\n  "message": "pretty\\r\\n"\r\n}'
+    envelope = b'{"event_id":"' + b"c" * 32 + b'"}\n{"type":"event"}\n' + one_line
+    resp = ingest_client.simulate_post(
+        f"/api/{pid}/envelope/", body=envelope, headers=sentry_auth(key)
+    )
+    assert resp.status_code == 200, resp.text
+    resp = ingest_client.simulate_post(f"/api/{pid}/store/", body=pretty, headers=sentry_auth(key))
+    assert resp.status_code == 200, resp.text
+    state.ingest.writer.drain()
+    stored = dict(
+        clickhouse.query_rows(
+            "SELECT replaceAll(toString(event_id), '-', ''), payload FROM events "
+            "WHERE project_id = {p:UInt64}",
+            parameters={"p": pid},
+        )
+    )
+    assert stored == {"c" * 32: one_line.decode(), "d" * 32: pretty.decode()}

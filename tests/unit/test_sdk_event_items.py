@@ -47,7 +47,9 @@ def test_python_exception_event_row():
         "d9b6755dc82d4250a77124de0f359a8d",
         "b7dc2840630866b1",
     )
-    assert row["payload"] == payload.decode()
+    # The payload travels as the raw bytes sent (a JSON fragment), and is the last key.
+    assert orjson.dumps(row["payload"]) == payload
+    assert list(row)[-1] == "payload"
     assert row["fingerprint"] == fingerprint(orjson.loads(payload))
     assert (row["project_id"], row["retention_days"]) == (42, 30)
 

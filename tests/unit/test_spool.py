@@ -438,3 +438,33 @@ def test_workers_starting_together_never_adopt_each_other(tmp_path):
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_decode_row_leaves_a_trailing_payload_raw_and_round_trips():
+    import orjson
+
+    from errortrack.spool.writer import decode_row
+
+    payload = b'{"a": [1, 2.50], "payload":{"b":"\\"x\\""},"c":"\xc3\xa9"}'
+    row = {
+        "project_id": 1,
+        "title": 'KeyError: \',"payload":\' said "no"',  # the key's text inside a value
+        "retention_days": 30,
+        "payload": orjson.Fragment(payload),
+    }
+    line = orjson.dumps(row)
+    decoded = decode_row(line)
+    assert isinstance(decoded["payload"], orjson.Fragment)
+    assert {k: v for k, v in decoded.items() if k != "payload"} == {
+        k: v for k, v in row.items() if k != "payload"
+    }
+    decoded["issue_id"] = 7
+    assert orjson.loads(orjson.dumps(decoded)) == {**orjson.loads(line), "issue_id": 7}
+    assert orjson.dumps(decoded["payload"]) == payload
+    # A payload sent as a JSON string (a body with newlines) is passed through too.
+    text = orjson.dumps({"project_id": 1, "payload": "{\n}"})
+    assert orjson.dumps(decode_row(text)) == text
+    # Rows of another shape (an older spool with retention_days last) are parsed whole.
+    old = orjson.dumps({"project_id": 1, "payload": "{}", "retention_days": 30})
+    assert decode_row(old) == orjson.loads(old)
+    assert decode_row(b'{"a":1}') == {"a": 1}
