@@ -8,7 +8,9 @@ maps it can match in: "503" the integer 503, the double 503.0 or the string "503
 Reading a map costs a scan of that column, the string map most (~4x the integer map at
 10 M rows). So before querying, one probe asks whether the name occurs in each candidate
 map at all in the project (the ``attr_names`` projection keeps each part's distinct
-keys per map), and absent maps are left out of the filter.
+keys per map), and absent maps are left out of the filter. The string map itself is
+never read for a filter: a text index over its key=value pairs answers it
+(``STRING_PAIRS``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,22 @@ MAPS = (
     ("attr_bool", "Bool", as_bool),
 )
 Absent = frozenset[tuple[str, str]]  # (attribute name, map column)
+# Every string attribute as one token "<key length>:<key>=<value>", indexed whole by the
+# text index idx_attr_string_pairs (clickhouse/0009). A filter on the string map asks
+# ``hasAny(STRING_PAIRS, tokens)``, which ClickHouse answers from the index's exact row
+# lists without reading the map. The length prefix keeps key and value apart: the key
+# "a=b" with the value "c" and the key "a" with the value "b=c" make different tokens.
+# Must be written exactly as in the index definition, or the index is not used.
+STRING_PAIRS = (
+    "arrayMap((k, v) -> concat(toString(length(k)), ':', k, '=', v), "
+    "mapKeys(attr_string), mapValues(attr_string))"
+)
+
+
+def string_pair(name: str, value: str) -> str:
+    """The STRING_PAIRS token of one string attribute (length counts UTF-8 bytes, as
+    ClickHouse's ``length`` does)."""
+    return f"{len(name.encode())}:{name}={value}"
 
 
 def candidates(attr: AttrFilter) -> list[tuple[str, str, list[Any]]]:
@@ -77,6 +95,10 @@ def clause(attr: AttrFilter, key: str, params: dict[str, Any], absent: Absent) -
         if (attr.name, column) in absent:
             continue
         param = f"{key}_{column}"
+        if column == "attr_string":
+            params[param] = [string_pair(attr.name, v) for v in values]
+            parts.append(f"hasAny({STRING_PAIRS}, {{{param}:Array(String)}})")
+            continue
         params[param] = values
         # mapContains first: a missing key reads as the type's default ('' / 0 / false).
         parts.append(

@@ -4,6 +4,7 @@ import datetime as dt
 
 import pytest
 
+from errortrack.analytics import migrate
 from errortrack.errors import ValidationError
 from errortrack.logs import attributes
 from errortrack.logs.filters import AttrFilter, LogFilter
@@ -342,3 +343,47 @@ def test_attribute_probe_reads_the_attr_names_projection(clickhouse):
     ]
     plan = "\n".join(row[0] for row in clickhouse.query_rows(f"EXPLAIN {sql}", params))
     assert "ReadFromMergeTree (attr_names)" in plan
+
+
+def test_string_attribute_filters_are_exact_whatever_keys_and_values_hold(clickhouse):
+    """String filters go through key=value tokens (attributes.STRING_PAIRS); the length
+    prefix must keep a key holding "=" or ":" apart from a value holding them."""
+    insert_logs(
+        clickhouse,
+        11,
+        [
+            sdk_log("a", at=1, **{"a=b": "c"}),
+            sdk_log("b", at=2, **{"a": "b=c"}),
+            sdk_log("c", at=3, **{"1:a": "x", "é k": "ü:v=w"}),
+            sdk_log("d", at=4, **{"a": ""}),
+            sdk_log("e", at=5, **{"A": "B=C", "a": {"value": 7, "type": "integer"}}),
+        ],
+    )
+
+    def bodies(name, *values):
+        return sorted(
+            _bodies(clickhouse, LogFilter(attributes=(AttrFilter(name, values),)), project_id=11)
+        )
+
+    assert bodies("a=b", "c") == ["a"]
+    assert bodies("a", "b=c") == ["b"]
+    assert bodies("a", "b") == []
+    assert bodies("a", "b=c", "") == ["b", "d"]
+    assert bodies("1:a", "x") == ["c"]
+    assert bodies("é k", "ü:v=w") == ["c"]
+    assert bodies("A", "b=c") == []  # case-sensitive, as sent
+    assert bodies("a", "7") == ["e"]  # the integer branch still applies
+
+
+def test_string_attribute_filters_read_the_pairs_index(clickhouse):
+    # Written differently from the index expression, filters would silently read the map
+    # of every granule instead (correct, but a scan).
+    migration = next(m for m in migrate.load() if m.name == "0009_logs_attr_string_pairs")
+    assert f"idx_attr_string_pairs {attributes.STRING_PAIRS} TYPE text" in migration.sql
+    insert_logs(clickhouse, 12, [sdk_log("a", **{"user.id": "u-1"})])
+    params: dict = {}
+    clause = attributes.clause(AttrFilter("user.id", ("u-1",)), "a0", params, frozenset())
+    sql = f"SELECT count() FROM logs WHERE project_id = 12 AND {clause}"
+    assert clickhouse.query_rows(sql, params) == [(1,)]
+    plan = "\n".join(row[0] for row in clickhouse.query_rows(f"EXPLAIN indexes = 1 {sql}", params))
+    assert "Name: idx_attr_string_pairs" in plan and "__text_index_" in plan
