@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import gc
 import logging
 import os
 import subprocess
@@ -262,6 +263,13 @@ def _start_background(worker: Any) -> None:
 
     assert asgi.state is not None  # built by load(), before this hook
     asgi.state.start_background()
+    # Everything built so far (modules, the app, the stores' clients: ~80k objects) lives
+    # as long as the worker. Left to the cyclic GC, each full collection walks them all
+    # while holding the GIL: under bench.ingest_logs that was 34 pauses of 63 ms (median,
+    # up to 116 ms) in 40 s, the slowest requests' whole delay (bench/RESULTS.md, fifth
+    # session). Frozen, they are never scanned again.
+    gc.collect()
+    gc.freeze()
 
 
 def _stop_background(server: Any, worker: Any) -> None:
