@@ -21,11 +21,18 @@ from errortrack.state import AppState
 from errortrack.storage import retention
 
 
-def json_handler() -> falcon.media.JSONHandler:
-    return falcon.media.JSONHandler(
+def configure(app: falcon.App) -> None:
+    """What the management app and the ingest app (server.py) share: orjson for JSON
+    bodies, /x and /x/ as one route, and one error shape."""
+    handler = falcon.media.JSONHandler(
         dumps=lambda obj: orjson.dumps(obj).decode(),
         loads=orjson.loads,
     )
+    app.req_options.media_handlers[falcon.MEDIA_JSON] = handler
+    app.resp_options.media_handlers[falcon.MEDIA_JSON] = handler
+    # Trailing slashes are part of Sentry's ingest URLs; treat /x and /x/ alike everywhere.
+    app.req_options.strip_url_path_trailing_slash = True
+    errors.install(app)
 
 
 def create_app(settings: Settings | None = None, *, state: AppState | None = None) -> falcon.App:
@@ -34,12 +41,7 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     # Authentication only records the clock; principal(req) authenticates lazily.
     middleware: list[Any] = [DatabaseSessions(state.sessions), Authentication(state.clock)]
     app = falcon.App(middleware=middleware)
-    handler = json_handler()
-    app.req_options.media_handlers[falcon.MEDIA_JSON] = handler
-    app.resp_options.media_handlers[falcon.MEDIA_JSON] = handler
-    # Trailing slashes are part of Sentry's ingest URLs; treat /x and /x/ alike elsewhere.
-    app.req_options.strip_url_path_trailing_slash = True
-    errors.install(app)
+    configure(app)
 
     app.add_route("/healthz", health.Healthz())
     app.add_route("/readyz", health.Readyz(state))

@@ -16,9 +16,8 @@ from typing import Any
 import falcon.asgi
 from a2wsgi import WSGIMiddleware
 
-from errortrack.api import errors
 from errortrack.api import ingest as ingest_api
-from errortrack.app import create_app, json_handler
+from errortrack.app import configure, create_app
 from errortrack.config import Settings
 from errortrack.ingest import runtime as ingest_runtime
 from errortrack.issues.grouping import GroupingHook
@@ -74,12 +73,7 @@ def create_server_app(
         state.ingest = ingest_runtime.build(state, hooks={"events": grouping})
         state.background.append(state.ingest)
     app = falcon.asgi.App()
-    handler = json_handler()
-    app.req_options.media_handlers[falcon.MEDIA_JSON] = handler
-    app.resp_options.media_handlers[falcon.MEDIA_JSON] = handler
-    # Sentry's ingest URLs end in a slash; /x and /x/ are the same route.
-    app.req_options.strip_url_path_trailing_slash = True
-    errors.install(app)
+    configure(app)
     max_body = state.settings.max_body_bytes
     app.add_route(
         "/api/{project_id:int}/envelope", ingest_api.Envelope(state.ingest.ingest, max_body)
