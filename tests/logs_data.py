@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from typing import Any
 
 import orjson
@@ -47,10 +48,15 @@ def _typed(value: Any) -> dict[str, Any]:
 def insert_logs(
     store: ClickHouse, project_id: int, logs: list[dict[str, Any]], *, received: dt.datetime = BASE
 ) -> list[dict[str, Any]]:
-    """Insert through ingest's row builder; returns the rows (with their ids)."""
+    """Insert through ingest's row builder; returns the rows (with their ids).
+
+    Ingest leaves ids to the column's default (clickhouse/0010); here each row gets
+    one first, so that tests know which id to expect."""
     # Ten years of retention: the TTL must not drop these rows while a test runs.
     ctx = ItemContext(project_id, received, 3650, {})
     rows = handle_log(orjson.dumps({"items": logs}), {"type": "log"}, ctx).logs
+    for row in rows:
+        row["id"] = str(uuid.uuid4())
     block = b"\n".join(orjson.dumps(row) for row in rows)
     store.client().raw_insert("logs", insert_block=block, fmt="JSONEachRow")
     return rows

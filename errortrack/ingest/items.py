@@ -12,7 +12,9 @@ A handler is a plain function::
 - ``ctx``: what the request established (project, clock, retention), see ``ItemContext``.
 
 It returns ``ItemRows``: plain dicts per ClickHouse table (column name -> JSON value,
-exactly the columns of ``clickhouse/000N_<table>.sql``; DateTime64 columns as float Unix
+the columns of ``clickhouse/000N_<table>.sql``, less those whose default the table makes,
+such as ``logs.id``; a JSON object for a String column is stored as its text;
+DateTime64 columns as float Unix
 seconds or ISO 8601 strings, UUIDs as strings, Maps as JSON objects). The rows are
 serialised as JSONEachRow into the spool before the 200 and inserted later by the
 writer thread, so a handler must not write anywhere itself. Heavy per-batch work (for

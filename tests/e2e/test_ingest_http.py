@@ -86,6 +86,38 @@ def test_logs_reach_clickhouse_with_the_seed_rules(state, ingest_client, project
     assert typed[0] == ({"n": 12}, {"ok": True}, {"d": 1.5}, {"xs": '[1,"a"]'})
 
 
+def test_attributes_are_stored_byte_for_byte_and_ids_are_made_by_the_table(
+    state, ingest_client, project, clickhouse
+):
+    """The row carries the attributes object itself (not its text) and no id; the
+    stored text is what orjson writes for the object, escapes and all, and every log
+    gets its own UUID from the column default (clickhouse/0010)."""
+    pid, key = project
+    attrs = {
+        'q"uote': {"value": 'say "hi"\n\tand \\ \u0000 \u00e9 \U0001f600', "type": "string"},
+        "big": {"value": "9223372036854775808", "type": "integer"},
+        "neg": {"value": -9223372036854775808, "type": "integer"},
+        "tiny": {"value": 5e-324, "type": "double"},
+        "nested": {"value": [{"a": [1.0, None, False]}, "x"], "type": "array"},
+        "empty": {"value": "", "type": "string", "unit": None},
+    }
+    logs = [_log(f"log {i}", attributes=attrs if i else {}) for i in range(50)]
+    resp = _post(ingest_client, pid, log_envelope(logs), sentry_auth(key))
+    assert resp.status_code == 200, resp.text
+    state.ingest.writer.drain()
+    rows = clickhouse.query_rows(
+        "SELECT body, attributes, toString(id) FROM logs WHERE project_id = {p:UInt64}",
+        parameters={"p": pid},
+    )
+    assert len(rows) == 50
+    by_body = {r[0]: r for r in rows}
+    assert by_body["log 0"][1] == "{}"
+    assert by_body["log 7"][1] == orjson.dumps(attrs).decode()
+    assert orjson.loads(by_body["log 7"][1]) == attrs
+    ids = {r[2] for r in rows}
+    assert len(ids) == 50 and all(len(i) == 36 and i[14] == "4" for i in ids)
+
+
 def test_both_url_shapes_and_project_retention(state, ingest_client, clickhouse):
     with state.sessions() as session:
         pid, key = make_project(session, retention_days=7)
