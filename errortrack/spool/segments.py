@@ -1,16 +1,13 @@
 """The spool: append-only segment files that hold accepted rows until ClickHouse has them.
 
-- ``append`` returns only once the record is on disk (fdatasync). Concurrent requests
-  share fsyncs: the first waiter becomes the leader and syncs everything written so far,
-  the others wait for it (group commit), so N requests cost one fsync, not N. Each
-  waiter sleeps on its own lock and is woken once, by the sync that covers its record
-  (a shared condition woke every waiter per sync: measured, that herd cost more CPU
-  than the rest of an event request).
-- ``append_async`` is the same for a request served on an event loop: the caller gets a
-  future at once. The loop must never block or give up the GIL on a syscall, so a
-  syncer thread writes the queued records, joins them to the group commit, leads the
-  sync when nobody else does, and resolves the futures (one ``call_soon_threadsafe``
-  per loop and sync).
+- ``append_async`` (a request served on an event loop) returns a future at once; it is
+  resolved once the record is on disk (fdatasync). The loop must never block or give
+  up the GIL on a syscall, so one syncer thread writes the queued records and syncs
+  them in groups: everything queued while a sync runs is written and covered by the
+  next one (group commit), so N requests cost one fsync, not N, and each loop is woken
+  once per sync (one ``call_soon_threadsafe`` per loop, not per request).
+- ``append`` is the same for a caller without a loop (tools, tests): it blocks until
+  the record is durable.
 - A segment is sealed (handed to the writer) when it holds ``batch_rows`` rows or when
   the writer finds it older than its age limit. One sealed segment = one insert batch,
   and its file name makes the insert deduplication token, so a replay is applied once.
@@ -51,47 +48,22 @@ class _Segment:
 
 
 class _Waiter:
-    """One request waiting for its record (number ``mine``) to be durable."""
+    """A request waiting for its record to be durable: the sync that covers record
+    number ``mine`` resolves ``future`` on ``loop`` (``_wake_locked``)."""
 
-    __slots__ = ("error", "lead", "lock", "mine")
+    __slots__ = ("future", "loop", "mine")
 
-    def __init__(self, mine: int) -> None:
-        self.mine = mine
-        self.lock = threading.Lock()
-        self.lock.acquire()  # released by whoever wakes this request
-        self.lead = False  # woken to become the next leader rather than as durable
-        self.error: Exception | None = None  # woken because the sync covering it failed
-
-
-class _AsyncWaiter:
-    """A request on an event loop waiting for its record to be durable.
-
-    Sits in the group commit's queue beside ``_Waiter``s: the sync that covers it
-    resolves its future (``_release_durable_locked``); ``lock.release()`` is called only
-    to hand it the lead, which passes the sync to the syncer thread.
-    """
-
-    __slots__ = ("future", "lead", "lock", "loop", "mine", "spool")
-
-    def __init__(self, spool: Spool, loop: asyncio.AbstractEventLoop) -> None:
-        self.spool = spool
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.mine = 0  # the record's number, set when the syncer thread writes it
         self.loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
-        self.lead = False
-        self.lock = self  # the group commit calls ``waiter.lock.release()``
-
-    def release(self) -> None:
-        assert self.lead  # durable waiters are resolved by _release_durable_locked
-        self.spool._syncer_queue().put(self)
 
     def settle(self, error: BaseException | None) -> None:
         _tell(self.loop, _settle, self.future, error)
 
 
-# What the syncer thread is given: a record to write (and its request), a handed lead,
-# or None to stop.
-_Job = tuple[bytes, int, _AsyncWaiter] | _AsyncWaiter | None
+# What the syncer thread is given: a record to write (and its request), or None to stop.
+_Job = tuple[bytes, int, _Waiter] | None
 
 
 def _tell(loop: asyncio.AbstractEventLoop, callback: Any, *args: Any) -> None:
@@ -130,9 +102,7 @@ class Spool:
         self._written = 0  # records written
         self._synced = 0  # records known durable
         self._syncing = False
-        self._waiters: collections.deque[_Waiter | _AsyncWaiter] = (
-            collections.deque()
-        )  # by ``mine``
+        self._waiters: collections.deque[_Waiter] = collections.deque()  # by ``mine``
         self._sealers = 0  # threads waiting in _seal_locked for the sync to end
         self.syncs = 0  # fdatasync calls, for tests and diagnostics
         self._syncer: queue.SimpleQueue[_Job] | None = None
@@ -183,33 +153,20 @@ class Spool:
 
     # -- appending ---------------------------------------------------------------------
     def append(self, tables: Mapping[str, bytes], rows: int) -> None:
-        """Durably store one request's rows; raises Unavailable when over the size cap."""
-        record = records.encode(tables)
-        with self._cond:
-            seg = self._admit_locked(record, rows)
-            waiter = None
-            if self._syncing or self._sealers:
-                waiter = _Waiter(self._written)
-                self._waiters.append(waiter)
-            else:
-                self._syncing = True  # leader: nobody is syncing, so sync now
-        if waiter is not None:
-            waiter.lock.acquire()
-            if waiter.error is not None:
-                raise waiter.error
-        if waiter is None or waiter.lead:
-            self._lead()
-        if seg.rows >= self.batch_rows:
-            with self._cond:
-                if self._current is seg and seg.rows >= self.batch_rows:
-                    self._seal_locked()
+        """Durably store one request's rows, for a caller without an event loop; raises
+        Unavailable when over the size cap or when the write or its sync fails."""
+
+        async def durable() -> None:
+            await self.append_async(tables, rows)
+
+        asyncio.run(durable())
 
     def append_async(self, tables: Mapping[str, bytes], rows: int) -> asyncio.Future[None]:
         """``append`` for a caller on an event loop: returns at once with a future resolved
         once the record is durable. Raises Unavailable at once when over the size cap;
         the future fails with Unavailable if the write fails."""
         record = records.encode(tables)
-        waiter = _AsyncWaiter(self, asyncio.get_running_loop())
+        waiter = _Waiter(asyncio.get_running_loop())
         with self._queue_lock:
             # Counters read without the spool's lock: the cap is a bound on disk use, and
             # queued bytes count, so it cannot be overrun by more than one request.
@@ -236,8 +193,9 @@ class Spool:
             return self._syncer
 
     def _sync_for_loop(self, work: queue.SimpleQueue[_Job]) -> None:
-        """Write what the loops queued, join the group commit, lead when nobody does (or
-        when handed the lead), seal full segments: all the blocking work, off the loops."""
+        """Write what the loops queued, sync it, seal full segments: all the blocking
+        work, off the loops. This thread is the only one that writes records, so after
+        its sync nothing written is left waiting (a seal syncs what it closes itself)."""
         stop = False
         while not stop:
             jobs = [work.get()]
@@ -246,29 +204,24 @@ class Spool:
                     jobs.append(work.get_nowait())
                 except queue.Empty:
                     break
-            writes: list[tuple[bytes, int, _AsyncWaiter]] = []
-            handed: list[_AsyncWaiter] = []
-            for job in jobs:
-                if job is None:
-                    stop = True
-                elif isinstance(job, tuple):
-                    writes.append(job)
-                else:
-                    handed.append(job)
+            writes = [job for job in jobs if job is not None]
+            stop = len(writes) < len(jobs)
             failed = self._write_queued(writes)
             with self._cond:
-                lead = bool(handed)  # a handed lead: _syncing is already ours
-                if not lead and self._waiters and not self._syncing and not self._sealers:
-                    self._syncing = lead = True
+                # A seal by the writer thread may have synced them meanwhile, or be
+                # waiting to: its own sync covers them, so let it go first.
+                lead = bool(self._waiters) and not self._sealers
+                if lead:
+                    self._syncing = True
             for waiter, error in failed:
                 waiter.settle(error)
             if lead:
-                self._lead_for_loop(handed)
+                self._sync_and_seal()
 
     def _write_queued(
-        self, writes: list[tuple[bytes, int, _AsyncWaiter]]
-    ) -> list[tuple[_AsyncWaiter, Exception]]:
-        failed: list[tuple[_AsyncWaiter, Exception]] = []
+        self, writes: list[tuple[bytes, int, _Waiter]]
+    ) -> list[tuple[_Waiter, Exception]]:
+        failed: list[tuple[_Waiter, Exception]] = []
         with self._cond:
             for record, rows, waiter in writes:
                 try:
@@ -284,34 +237,19 @@ class Spool:
                 self._waiters.append(waiter)
         return failed
 
-    def _lead_for_loop(self, handed: list[_AsyncWaiter]) -> None:
+    def _sync_and_seal(self) -> None:
         try:
-            self._lead()
-        except Unavailable as error:  # the requests handed the lead fail as the others did
-            for waiter in handed:
-                waiter.settle(error)
+            self._sync()
+        except Unavailable:  # the requests it covered have been failed with it
             return
         try:
             with self._cond:
                 seg = self._current
-                # Not while another sync runs: the lead it hands on may be queued for this
-                # very thread, and _seal_locked would wait for it forever.
-                busy = self._syncing or self._sealers
-                if seg is not None and seg.rows >= self.batch_rows and not busy:
+                if seg is not None and seg.rows >= self.batch_rows:
                     self._seal_locked()
         except OSError:
             # The records are durable all the same; the writer seals by age later.
             log.exception("spool: sealing a full segment failed")
-        for waiter in handed:
-            waiter.settle(None)
-
-    def _admit_locked(self, record: bytes, rows: int) -> _Segment:
-        """Write the record unless over the size cap (Unavailable: nothing written)."""
-        if self._bytes >= self.max_bytes:
-            raise self._full()
-        if self.dir is None:
-            self.open()  # tests that never start the writer still spool durably
-        return self._write_locked(record, rows)
 
     def _full(self) -> Unavailable:
         return Unavailable(
@@ -343,9 +281,9 @@ class Spool:
         self._written += 1
         return seg
 
-    def _lead(self) -> None:
+    def _sync(self) -> None:
         """Sync everything written so far (``_syncing`` is ours), then wake the waiters it
-        covers and hand the lead to the first one left, so each sync wakes only its own."""
+        covers."""
         with self._cond:
             seg, target = self._current, self._written
         synced = False
@@ -365,9 +303,7 @@ class Spool:
                 self._release_durable_locked()
                 self._syncing = False
                 if self._sealers:
-                    self._cond.notify_all()  # the sealer syncs and wakes the rest
-                elif self._waiters:
-                    self._hand_lead_locked()
+                    self._cond.notify_all()  # a seal waits for this sync to end
 
     def _fail_covered_locked(self, target: int, exc: OSError) -> Unavailable:
         """A failed fdatasync: the records it was to cover (up to ``target``) cannot be
@@ -387,11 +323,7 @@ class Spool:
         on_loops: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
         while self._waiters and self._waiters[0].mine <= upto:
             waiter = self._waiters.popleft()
-            if isinstance(waiter, _AsyncWaiter):
-                on_loops.setdefault(waiter.loop, []).append(waiter.future)
-            else:
-                waiter.error = error
-                waiter.lock.release()
+            on_loops.setdefault(waiter.loop, []).append(waiter.future)
         # One wake-up per loop for the whole group, not one per request: each
         # call_soon_threadsafe is a syscall and a GIL hand-off to the loop.
         for loop, futures in on_loops.items():
@@ -399,8 +331,8 @@ class Spool:
 
     # -- sealing and handing over ------------------------------------------------------
     def _seal_locked(self) -> None:
-        # Never close a segment while a leader syncs it; while a sealer waits, new
-        # appends queue as waiters (no new leader), and this sync covers them all.
+        # Never close a segment while the syncer thread syncs it; this seal's own sync
+        # covers whatever is written meanwhile.
         self._sealers += 1
         try:
             while self._syncing:
@@ -421,14 +353,6 @@ class Spool:
             raise
         finally:
             self._release_durable_locked()
-            if self._waiters and not self._syncing and not self._sealers:
-                self._hand_lead_locked()  # only if this seal failed: a waiter retries
-
-    def _hand_lead_locked(self) -> None:
-        nxt = self._waiters.popleft()
-        nxt.lead = True
-        self._syncing = True
-        nxt.lock.release()
 
     def seal_due(self, max_age: float) -> None:
         with self._cond:

@@ -153,7 +153,7 @@ def test_async_appends_over_the_cap_are_503_at_once(tmp_path):
     spool.close()
 
 
-def test_async_and_thread_appends_mix_with_seals_and_lose_nothing(tmp_path):
+def test_async_and_blocking_appends_mix_with_seals_and_lose_nothing(tmp_path):
     # Loop requests, thread requests and an age sealer all at once, segments sealing at
     # 7 rows: nobody hangs, every record is in exactly one sealed segment.
     spool = _spool(tmp_path, batch_rows=7)
@@ -230,7 +230,15 @@ def test_a_failed_sync_fails_the_request_that_waits_for_it(tmp_path, monkeypatch
     spool.close()
 
 
-def test_a_failed_sync_fails_every_thread_request_it_covered(tmp_path, monkeypatch):
+def _wait_queued(spool: Spool, n: int) -> None:
+    """Until ``n`` records wait in the syncer thread's queue (it is busy syncing)."""
+    deadline = time.monotonic() + 10
+    while spool._syncer_queue().qsize() < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert spool._syncer_queue().qsize() == n
+
+
+def test_a_failed_sync_fails_every_request_it_covered(tmp_path, monkeypatch):
     # Not only its leader: a retried fdatasync could succeed although the kernel dropped
     # the pages the failed one should have written, so nobody it covered gets a 200.
     spool = _spool(tmp_path)
@@ -240,10 +248,10 @@ def test_a_failed_sync_fails_every_thread_request_it_covered(tmp_path, monkeypat
 
     def fdatasync(fd: int) -> None:
         calls["n"] += 1
-        if calls["n"] == 1:  # request 0 leads; 1-5 are written and queue meanwhile
+        if calls["n"] == 1:  # request 0's sync; 1-5 queue for the next one meanwhile
             first_sync.set()
             release.wait(10)
-        elif calls["n"] == 2:  # the lead handed on covers 1-5, and fails
+        elif calls["n"] == 2:  # the next sync covers 1-5, and fails
             raise OSError(5, "injected: disk error")
         real(fd)
 
@@ -263,9 +271,7 @@ def test_a_failed_sync_fails_every_thread_request_it_covered(tmp_path, monkeypat
     others = [threading.Thread(target=send, args=(i,)) for i in range(1, 6)]
     for t in others:
         t.start()
-    deadline = time.monotonic() + 10
-    while len(spool._waiters) < 5 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _wait_queued(spool, 5)
     release.set()
     for t in [first, *others]:
         t.join(10)
@@ -282,7 +288,7 @@ def test_a_request_whose_loop_is_gone_does_not_stop_the_spool(tmp_path):
     gate, release = threading.Event(), threading.Event()
 
     def slow() -> None:
-        spool.append({"logs": b'{"t":1}\n'}, 1)  # a thread leads; it blocks below
+        spool.append({"logs": b'{"t":1}\n'}, 1)  # its sync blocks below
 
     real = os.fdatasync
 
@@ -299,10 +305,8 @@ def test_a_request_whose_loop_is_gone_does_not_stop_the_spool(tmp_path):
         leader.start()
         assert gate.wait(10)
         loop = asyncio.new_event_loop()
-        loop.run_until_complete(_queue_one(spool))  # queued behind the leader's sync
-        deadline = time.monotonic() + 10
-        while spool._written < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        loop.run_until_complete(_queue_one(spool))  # queued behind that sync
+        _wait_queued(spool, 1)
         loop.close()
         release.set()
         leader.join(10)
