@@ -11,6 +11,9 @@
    for ``--raw-seconds`` into a fresh directory (in a child process).
 
     TZ=UTC .venv/bin/python -m bench.ingest_logs [--seconds 20] [--connections 8]
+
+While the full load is sent it also prints the CPU the worker's threads used (event loop,
+writer and syncer, the engine's merges, the engine's other threads) and the client's own.
 """
 
 from __future__ import annotations
@@ -142,6 +145,39 @@ def _peak_rss_mb(server: Server) -> tuple[float, float, float]:
     return peak[0] / 1024, peak[1] / 1024, peak[2] / 1024
 
 
+def _thread_ticks(pid: int) -> dict[int, tuple[str, int]]:
+    """Per thread of ``pid``: its name and CPU time so far (clock ticks)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[int(task.name)] = (name, int(fields[11]) + int(fields[12]))
+    return out
+
+
+def _cpu_split(pid: int, before: dict[int, tuple[str, int]], seconds: float) -> dict[str, float]:
+    """Cores used by the worker's threads since ``before``: the event loop (its main
+    thread), the other Python threads (spool writer and syncer; an insert partly runs
+    in the writer's thread), the engine's merges and the engine's other threads."""
+    hz = os.sysconf("SC_CLK_TCK")
+    split = {"event loop": 0.0, "writer+syncer": 0.0, "engine merges": 0.0, "engine other": 0.0}
+    for tid, (name, ticks) in _thread_ticks(pid).items():
+        used = (ticks - before.get(tid, (name, 0))[1]) / hz / seconds
+        if tid == pid:
+            split["event loop"] += used
+        elif name == "python":
+            split["writer+syncer"] += used
+        elif name == "MergeMutate":
+            split["engine merges"] += used
+        else:
+            split["engine other"] += used
+    return split
+
+
 def _children(pid: int) -> list[int]:
     out = []
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -234,9 +270,17 @@ def main() -> None:
     server = Server(env, threads=args.threads).start()
     try:
         pid, key = create_project_in(env["ERRORTRACK_DATABASE_URL"])
+        assert server.proc is not None
+        worker = _children(server.proc.pid)[0]  # the one gunicorn worker
+        threads_before, client_before = _thread_ticks(worker), os.times()
         start = time.perf_counter()
         full, full_lat = _load(server, pid, key, bodies, args.seconds, args.connections)
         sent_s = time.perf_counter() - start
+        split = _cpu_split(worker, threads_before, sent_s)
+        client = os.times()
+        client_cores = (
+            client.user + client.system - client_before.user - client_before.system
+        ) / sent_s
         _wait_drained(data)
         total_s = time.perf_counter() - start
         rate = full / total_s
@@ -244,6 +288,11 @@ def main() -> None:
             f"full load: {full} logs acknowledged in {sent_s:.1f}s, drained after {total_s:.1f}s "
             f"-> {rate:,.0f} logs/s end to end (acked at {full / sent_s:,.0f} logs/s); "
             f"p50 {statistics.median(full_lat) * 1000:.1f} ms"
+        )
+        print(
+            "CPU while sending (cores of 2): "
+            + ", ".join(f"{name} {cores:.2f}" for name, cores in split.items())
+            + f"; this client {client_cores:.2f}"
         )
         half, half_lat = _load(
             server,
