@@ -62,8 +62,9 @@ class _Waiter:
         _tell(self.loop, _settle, self.future, error)
 
 
-# What the syncer thread is given: a record to write (and its request), or None to stop.
-_Job = tuple[bytes, int, _Waiter] | None
+# What the syncer thread is given: a request's rows per table, their encoded size, row
+# count and waiter; or None to stop.
+_Job = tuple[Mapping[str, bytes], int, int, _Waiter] | None
 
 
 def _tell(loop: asyncio.AbstractEventLoop, callback: Any, *args: Any) -> None:
@@ -165,15 +166,15 @@ class Spool:
         """``append`` for a caller on an event loop: returns at once with a future resolved
         once the record is durable. Raises Unavailable at once when over the size cap;
         the future fails with Unavailable if the write fails."""
-        record = records.encode(tables)
+        size = records.size(tables)  # encoded (and checksummed) by the syncer thread
         waiter = _Waiter(asyncio.get_running_loop())
         with self._queue_lock:
             # Counters read without the spool's lock: the cap is a bound on disk use, and
             # queued bytes count, so it cannot be overrun by more than one request.
             if self._bytes + self._queued_in - self._queued_out >= self.max_bytes:
                 raise self._full()
-            self._queued_in += len(record)
-        self._syncer_queue().put((record, rows, waiter))
+            self._queued_in += size
+        self._syncer_queue().put((tables, size, rows, waiter))
         return waiter.future
 
     def _syncer_queue(self) -> queue.SimpleQueue[_Job]:
@@ -219,11 +220,13 @@ class Spool:
                 self._sync_and_seal()
 
     def _write_queued(
-        self, writes: list[tuple[bytes, int, _Waiter]]
+        self, writes: list[tuple[Mapping[str, bytes], int, int, _Waiter]]
     ) -> list[tuple[_Waiter, Exception]]:
         failed: list[tuple[_Waiter, Exception]] = []
+        # Encoded before taking the lock: the checksum lets the GIL go, and the loop runs.
+        encoded = [(records.encode(tables), size, rows, w) for tables, size, rows, w in writes]
         with self._cond:
-            for record, rows, waiter in writes:
+            for record, size, rows, waiter in encoded:
                 try:
                     if self.dir is None:
                         self.open()  # tests that never start the writer spool durably too
@@ -232,7 +235,7 @@ class Spool:
                     failed.append((waiter, exc))
                     continue
                 finally:
-                    self._queued_out += len(record)
+                    self._queued_out += size
                 waiter.mine = self._written
                 self._waiters.append(waiter)
         return failed
