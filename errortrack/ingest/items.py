@@ -11,11 +11,12 @@ A handler is a plain function::
 - ``headers``: the item header as sent (``type``, ``length``, ``content_type``, ...).
 - ``ctx``: what the request established (project, clock, retention), see ``ItemContext``.
 
-It returns ``ItemRows``: plain dicts per ClickHouse table (column name -> JSON value,
-the columns of ``clickhouse/000N_<table>.sql``, less those whose default the table makes,
-such as ``logs.id``; a JSON object for a String column is stored as its text;
-DateTime64 columns as float Unix
-seconds or ISO 8601 strings, UUIDs as strings, Maps as JSON objects). The rows are
+It returns ``ItemRows``: rows per ClickHouse table, each a plain dict (column name ->
+JSON value, the columns of ``clickhouse/000N_<table>.sql``, less those whose default the
+table makes, such as ``logs.id``) or that dict's JSON already encoded, as an
+``orjson.Fragment`` (log rows). A JSON object for a String column is stored as its text;
+DateTime64 columns take float Unix seconds or ISO 8601 strings, UUIDs strings, Maps JSON
+objects. The rows are
 serialised as JSONEachRow into the spool before the 200 and inserted later by the
 writer thread, so a handler must not write anywhere itself. Heavy per-batch work (for
 ``events``: assigning issue ids) belongs in a writer hook, not here (see
@@ -62,7 +63,8 @@ class ItemContext:
 class ItemRows:
     """Rows per ClickHouse table, plus the event id to answer with (if the item is one)."""
 
-    logs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # A row may also be an orjson.Fragment: one JSON object, already encoded (logs are).
+    logs: list[Any] = dataclasses.field(default_factory=list)
     events: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     spans: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     # 32-hex event id for the response body {"id": ...}; None when the item is no event.

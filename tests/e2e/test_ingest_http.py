@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import falcon.testing
 import orjson
 import pytest
@@ -89,9 +91,9 @@ def test_logs_reach_clickhouse_with_the_seed_rules(state, ingest_client, project
 def test_attributes_are_stored_byte_for_byte_and_ids_are_made_by_the_table(
     state, ingest_client, project, clickhouse
 ):
-    """The row carries the attributes object itself (not its text) and no id; the
-    stored text is what orjson writes for the object, escapes and all, and every log
-    gets its own UUID from the column default (clickhouse/0010)."""
+    """The row carries the attributes as sent and no id; the stored text is the bytes
+    the SDK sent (here orjson's), escapes and all, and every log gets its own UUID from
+    the column default (clickhouse/0010)."""
     pid, key = project
     attrs = {
         'q"uote': {"value": 'say "hi"\n\tand \\ \u0000 \u00e9 \U0001f600', "type": "string"},
@@ -116,6 +118,42 @@ def test_attributes_are_stored_byte_for_byte_and_ids_are_made_by_the_table(
     assert orjson.loads(by_body["log 7"][1]) == attrs
     ids = {r[2] for r in rows}
     assert len(ids) == 50 and all(len(i) == 36 and i[14] == "4" for i in ids)
+
+
+def test_attributes_written_otherwise_are_stored_verbatim_and_insert(
+    state, ingest_client, project, clickhouse
+):
+    """Bytes no JSON library here would write (spaces, escapes, 1.50, integers beyond
+    64 bits, which orjson cannot even read) are stored as sent; the typed maps keep what
+    fits their column, so the batch inserts. A pretty-printed item (with `length`) is
+    re-encoded instead, since a spooled row must stay on one line."""
+    pid, key = project
+    attrs = (
+        b'{"s": {"value": "caf\\u00e9", "type": "string"},'
+        b' "d": {"value": 1.50, "type": "double", "unit": "ms"},'
+        b' "huge_i": {"value": 123456789012345678901234567890, "type": "integer"},'
+        b' "huge_d": {"value": 123456789012345678901234567890, "type": "double"}}'
+    )
+    one_line = b'{"items":[{"timestamp":1795313283.5,"level":"info","body":"flat","attributes":'
+    pretty = b'{\n "items": [\n  {"timestamp": 1795313284.5, "level": "info", "body": "pretty",'
+    items = [one_line + attrs + b"}]}", pretty + b'\n   "attributes": ' + attrs + b"}]}"]
+    body = b"{}\n" + b"".join(
+        orjson.dumps({"type": "log", "length": len(item)}) + b"\n" + item + b"\n" for item in items
+    )
+    resp = _post(ingest_client, pid, body, sentry_auth(key))
+    assert resp.status_code == 200, resp.text
+    state.ingest.writer.drain()
+    rows = clickhouse.query_rows(
+        "SELECT body, attributes, attr_string, attr_int, attr_float FROM logs "
+        "WHERE project_id = {p:UInt64} ORDER BY timestamp",
+        parameters={"p": pid},
+    )
+    assert [r[0] for r in rows] == ["flat", "pretty"]
+    assert rows[0][1].encode() == attrs
+    assert "\n" not in rows[1][1] and json.loads(rows[1][1]) == json.loads(attrs)
+    for row in rows:
+        assert (row[2], row[3]) == ({"s": "caf\u00e9"}, {})
+        assert row[4]["d"] == 1.5 and row[4]["huge_d"] == pytest.approx(1.2345678901234568e29)
 
 
 def test_both_url_shapes_and_project_retention(state, ingest_client, clickhouse):

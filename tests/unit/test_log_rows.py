@@ -14,10 +14,13 @@ CTX = ItemContext(7, dt.datetime(2026, 11, 1, 12, tzinfo=dt.UTC), 30, {})
 TRACE = "e5b61031519245ccaea3fd1be4e59ce7"
 
 
+def encoded(payload: bytes) -> list[bytes]:
+    """The rows as the spool gets them: each one JSON object, already encoded."""
+    return [orjson.dumps(row) for row in dispatch("log", payload, {"type": "log"}, CTX).logs]
+
+
 def rows(*logs):
-    return dispatch(
-        "log", orjson.dumps({"version": 2, "items": list(logs)}), {"type": "log"}, CTX
-    ).logs
+    return [orjson.loads(r) for r in encoded(orjson.dumps({"version": 2, "items": list(logs)}))]
 
 
 @pytest.mark.parametrize(
@@ -96,13 +99,53 @@ def test_times_ids_and_retention():
     assert (a["project_id"], a["retention_days"]) == (7, 30)
 
 
+def test_attributes_are_the_bytes_as_sent():
+    # Not re-encoded: spaces, escapes and number forms stay as the SDK wrote them.
+    attrs = b'{"u": {"value": "caf\\u00e9 \\"q\\"", "type": "string"}, "n": {"value": 1.50, "type": "double"}}'
+    payload = b'{"items":[{"level":"info","body":"b","timestamp":1,"attributes":' + attrs + b"}]}"
+    (row,) = encoded(payload)
+    assert b'"attributes":' + attrs + b',"attr_string"' in row
+    assert orjson.loads(row)["attr_string"] == {"u": 'caf\u00e9 "q"'}
+    assert orjson.loads(row)["attr_float"] == {"n": 1.5}
+
+
+def test_missing_or_null_attributes_are_stored_as_an_empty_object():
+    a, b = rows({"level": "info", "body": "a"}, {"level": "info", "body": "b", "attributes": None})
+    assert a["attributes"] == b["attributes"] == {}
+    assert a["attr_string"] == a["attr_int"] == a["attr_float"] == a["attr_bool"] == {}
+
+
+def test_a_pretty_printed_item_still_makes_one_line_per_row():
+    # With a `length` header an item may span lines; a spooled row must not.
+    logs = [{"level": "info", "body": "x", "attributes": {"k": {"value": 1, "type": "integer"}}}]
+    payload = orjson.dumps({"items": logs}, option=orjson.OPT_INDENT_2)
+    assert b"\n" in payload
+    (row,) = encoded(payload)
+    assert b"\n" not in row
+    assert orjson.loads(row)["attributes"] == logs[0]["attributes"]
+
+
+def test_odd_field_types_are_tolerated_as_before():
+    (row,) = rows(
+        {"level": 5, "body": {"k": [1]}, "timestamp": "soon", "span_id": 7, "trace_id": TRACE}
+    )
+    assert (row["level"], row["severity_number"], row["body"]) == ("", None, '{"k":[1]}')
+    assert row["timestamp"] == CTX.received_at.timestamp()
+    assert (row["trace_id"], row["span_id"]) == ("", "")
+
+
 @pytest.mark.parametrize(
     ("payload", "message"),
     [
         (b"{", "not valid JSON"),
         (b"[]", "must be an object"),
+        (b'{"items":3}', "must be an object"),
         (b'{"items":[3]}', "log 0 is not a JSON object"),
+        (b'{"items":[{"body":"a"},"x"]}', "log 1 is not a JSON object"),
         (b'{"items":[{"attributes":[]}]}', "attributes must be an object"),
+        (b'{"items":[{"attributes":"a"}]}', "log 0: attributes must be an object"),
+        (b'{"items":[{"attributes":{"k":{"value":"\xff"}}}]}', "not valid"),
+        (b'{"items":[{"body":"\\ud800"}]}', "not valid"),
     ],
 )
 def test_malformed_log_items(payload, message):
