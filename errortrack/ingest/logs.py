@@ -34,7 +34,15 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _NO_ATTRIBUTES = msgspec.Raw(b"{}")
 
 
-class _Log(msgspec.Struct):
+class Attribute(msgspec.Struct, gc=False):
+    """One typed attribute as sent, ``{"value": ..., "type": ...}``; other keys (``unit``)
+    are ignored here and kept in the stored attributes."""
+
+    value: Any = None
+    type: Any = None
+
+
+class _Log(msgspec.Struct, gc=False):
     """One log as sent: what the row needs, each field of any JSON type (checked below,
     as before: a wrong type is tolerated, not a 400); other keys are ignored."""
 
@@ -46,11 +54,11 @@ class _Log(msgspec.Struct):
     attributes: msgspec.Raw = msgspec.Raw(b"null")
 
 
-class _Item(msgspec.Struct):
+class _Item(msgspec.Struct, gc=False):
     items: list[_Log]
 
 
-class _Row(msgspec.Struct):
+class _Row(msgspec.Struct, gc=False):
     """A row of the logs table; encoded as a JSON object with these keys, in this order.
     No ``id``: the column's DEFAULT generateUUIDv4() (clickhouse/0010) makes it at insert,
     which cost less than making 100 UUIDs per item here (bench/RESULTS.md)."""
@@ -72,7 +80,9 @@ class _Row(msgspec.Struct):
 
 
 _ITEM = msgspec.json.Decoder(_Item)
-_ATTRIBUTES = msgspec.json.Decoder(dict[str, Any] | None)
+_ATTRIBUTES = msgspec.json.Decoder(dict[str, Attribute] | None)
+# For attributes whose values are not all objects (tolerated: those stay out of the maps).
+_ANY_ATTRIBUTES = msgspec.json.Decoder(dict[str, Any] | None)
 _ENCODE = msgspec.json.Encoder().encode
 # msgspec raises its own errors for bad JSON or shapes, UnicodeDecodeError for bad UTF-8.
 _DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
@@ -108,16 +118,13 @@ def _why_not(payload: bytes, exc: Exception) -> BadRequest:
 def _row(
     log: _Log, index: int, project_id: int, received: float, retention: int, verbatim: bool
 ) -> _Row:
-    try:
-        attributes = _ATTRIBUTES.decode(log.attributes)
-    except msgspec.ValidationError:
-        raise BadRequest(f"log {index}: attributes must be an object") from None
-    except _DECODE_ERRORS as exc:
-        raise BadRequest(f"log {index}: attributes are not valid JSON: {exc}") from None
+    attributes = _attributes(log.attributes, index)
     if attributes is None:
         attributes, raw = {}, _NO_ATTRIBUTES
+    elif verbatim:
+        raw = log.attributes
     else:
-        raw = log.attributes if verbatim else msgspec.Raw(_ENCODE(attributes))
+        raw = msgspec.Raw(_ENCODE(_ANY_ATTRIBUTES.decode(log.attributes)))
     level = log.level
     if type(level) is not str:
         level = ""
@@ -126,9 +133,9 @@ def _row(
         timestamp = received
     body = log.body
     if type(body) is not str:
-        body = "" if body is None else orjson.dumps(body).decode()
+        body = "" if body is None else _ENCODE(body).decode()
     trace_id, span_id = _trace_and_span(log.trace_id, log.span_id, attributes)
-    maps = typed_maps(attributes)
+    strings, ints, floats, bools = _typed(attributes)
     return _Row(
         project_id,
         timestamp,
@@ -139,43 +146,77 @@ def _row(
         trace_id,
         span_id,
         raw,
-        maps["attr_string"],
-        maps["attr_int"],
-        maps["attr_float"],
-        maps["attr_bool"],
+        strings,
+        ints,
+        floats,
+        bools,
         retention,
     )
 
 
-def _trace_and_span(trace_id: Any, span_id: Any, attributes: dict[str, Any]) -> tuple[str, str]:
+def _attributes(raw: msgspec.Raw, index: int) -> dict[str, Attribute] | None:
+    try:
+        try:
+            return _ATTRIBUTES.decode(raw)
+        except msgspec.ValidationError:
+            # Not an object, or one whose values are not all objects (those are skipped).
+            loose = _ANY_ATTRIBUTES.decode(raw)
+            return None if loose is None else attributes_of(loose)
+    except msgspec.ValidationError:
+        raise BadRequest(f"log {index}: attributes must be an object") from None
+    except _DECODE_ERRORS as exc:
+        raise BadRequest(f"log {index}: attributes are not valid JSON: {exc}") from None
+
+
+def attributes_of(attributes: dict[str, Any]) -> dict[str, Attribute]:
+    """Plain ``{name: {"value", "type"}}`` dicts as ``Attribute`` structs; other values skipped."""
+    return {
+        name: Attribute(attr.get("value"), attr.get("type"))
+        for name, attr in attributes.items()
+        if type(attr) is dict
+    }
+
+
+def _trace_and_span(
+    trace_id: Any, span_id: Any, attributes: dict[str, Attribute]
+) -> tuple[str, str]:
     """Both only for logs emitted inside a span; SDKs send a propagation trace_id anyway."""
     if not span_id:
         parent = attributes.get(PARENT_SPAN_ATTRIBUTE)
-        span_id = parent.get("value") if isinstance(parent, dict) else None
+        span_id = None if parent is None else parent.value
     if not span_id or not isinstance(span_id, str):
         return "", ""
     return (trace_id if isinstance(trace_id, str) else ""), span_id
 
 
 def typed_maps(attributes: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each attribute in the map of its declared type, for filtering.
+    """The typed maps of plain attribute dicts (``{name: {"value", "type"}}``), by column."""
+    strings, ints, floats, bools = _typed(attributes_of(attributes))
+    return {"attr_string": strings, "attr_int": ints, "attr_float": floats, "attr_bool": bools}
+
+
+_Maps = tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]
+
+
+def _typed(attributes: dict[str, Attribute]) -> _Maps:
+    """Each attribute in the map of its declared type, for filtering: string, integer,
+    double and boolean maps, in that order.
 
     Arrays (and unknown types) go to attr_string as JSON text so that they stay
     searchable; values that do not fit their declared type are left out of the maps
-    (they are still in ``attributes``).
+    (they are still in ``attributes``). msgspec writes that text: orjson cannot write
+    integers beyond 64 bits, which msgspec reads.
     """
     strings: dict[str, Any] = {}
     ints: dict[str, Any] = {}
     floats: dict[str, Any] = {}
     bools: dict[str, Any] = {}
     for name, attr in attributes.items():
-        if type(attr) is not dict:
-            continue
-        value: Any = attr.get("value")
-        kind = attr.get("type")
+        value = attr.value
+        kind = attr.type
         vtype = type(value)
         if kind == "string":
-            strings[name] = value if vtype is str else orjson.dumps(value).decode()
+            strings[name] = value if vtype is str else _ENCODE(value).decode()
         elif kind == "integer":
             if vtype is int and INT64_MIN <= value <= INT64_MAX:
                 ints[name] = value
@@ -188,8 +229,8 @@ def typed_maps(attributes: dict[str, Any]) -> dict[str, dict[str, Any]]:
             if vtype is bool:
                 bools[name] = value
         elif value is not None:
-            strings[name] = orjson.dumps(value).decode()
-    return {"attr_string": strings, "attr_int": ints, "attr_float": floats, "attr_bool": bools}
+            strings[name] = _ENCODE(value).decode()
+    return strings, ints, floats, bools
 
 
 def _as_int(value: Any) -> int | None:
