@@ -125,6 +125,30 @@ def test_a_pretty_printed_item_still_makes_one_line_per_row():
     assert orjson.loads(row)["attributes"] == logs[0]["attributes"]
 
 
+def test_integers_beyond_64_bits_in_arrays_and_bodies_are_written_as_sent():
+    # msgspec reads them; the JSON text of an array or a non-string body keeps them.
+    big = b"123456789012345678901234567890"
+    payload = (
+        b'{"items":[{"body":{"n":' + big + b'},"attributes":{"xs":{"value":[' + big + b"],"
+        b'"type":"array"},"i":{"value":' + big + b',"type":"integer"}}}]}'
+    )
+    (row,) = encoded(payload)
+    assert b'"body":"{\\"n\\":' + big + b'}"' in row
+    assert b'"attr_string":{"xs":"[' + big + b']"},"attr_int":{}' in row
+
+
+def test_attributes_that_are_not_objects_stay_out_of_the_maps():
+    (row,) = rows(
+        {
+            "level": "info",
+            "body": "x",
+            "attributes": {"k": 5, "s": {"value": "v", "type": "string"}},
+        }
+    )
+    assert row["attributes"] == {"k": 5, "s": {"value": "v", "type": "string"}}
+    assert row["attr_string"] == {"s": "v"}
+
+
 def test_odd_field_types_are_tolerated_as_before():
     (row,) = rows(
         {"level": 5, "body": {"k": [1]}, "timestamp": "soon", "span_id": 7, "trace_id": TRACE}
