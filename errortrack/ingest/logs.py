@@ -86,8 +86,10 @@ _ATTRIBUTES = msgspec.json.Decoder(dict[str, Attribute] | None)
 # For attributes whose values are not all objects (tolerated: those stay out of the maps).
 _ANY_ATTRIBUTES = msgspec.json.Decoder(dict[str, Any] | None)
 _ENCODE = msgspec.json.Encoder().encode
-# msgspec raises its own errors for bad JSON or shapes, UnicodeDecodeError for bad UTF-8.
-_DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
+# msgspec raises its own errors for bad JSON or shapes, UnicodeDecodeError for bad UTF-8
+# and RecursionError for JSON nested deeper than Python's recursion limit allows (a few
+# hundred levels; orjson, which reads the stored attributes back, allows 1,024).
+_DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 
 
 def handle_log(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> ItemRows:
@@ -164,7 +166,9 @@ def _attributes(raw: msgspec.Raw, index: int) -> dict[str, Attribute] | None:
             # Not an object, or one whose values are not all objects (those are skipped).
             loose = _ANY_ATTRIBUTES.decode(raw)
             return None if loose is None else attributes_of(loose)
-    except msgspec.ValidationError:
+    except msgspec.ValidationError as exc:
+        if bytes(raw).lstrip().startswith(b"{"):  # an object, but a value out of range
+            raise BadRequest(f"log {index}: attributes are not valid: {exc}") from None
         raise BadRequest(f"log {index}: attributes must be an object") from None
     except _DECODE_ERRORS as exc:
         raise BadRequest(f"log {index}: attributes are not valid JSON: {exc}") from None

@@ -168,8 +168,15 @@ def test_odd_field_types_are_tolerated_as_before():
         (b'{"items":[{"body":"a"},"x"]}', "log 1 is not a JSON object"),
         (b'{"items":[{"attributes":[]}]}', "attributes must be an object"),
         (b'{"items":[{"attributes":"a"}]}', "log 0: attributes must be an object"),
+        (b'{"items":[{"attributes":{"k":{"value":1e400}}}]}', "attributes are not valid"),
+        (b'{"items":[{"timestamp":1e400}]}', "not valid JSON"),
         (b'{"items":[{"attributes":{"k":{"value":"\xff"}}}]}', "not valid"),
         (b'{"items":[{"body":"\\ud800"}]}', "not valid"),
+        (b'{"items":[{"body":' + b"[" * 5000 + b"]" * 5000 + b"}]}", "not valid"),
+        (
+            b'{"items":[{"attributes":{"k":{"value":' + b"[" * 5000 + b"]" * 5000 + b"}}}]}",
+            "not valid",
+        ),
     ],
 )
 def test_malformed_log_items(payload, message):
