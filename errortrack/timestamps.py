@@ -9,6 +9,11 @@ from typing import Any
 # one SDK with a wrong clock cannot pin an issue's last-seen in the future.
 MAX_FUTURE = 60.0
 MAX_PAST = 30 * 86400.0
+# The times a row can carry: the tables' TTLs and the retention pass compute with
+# DateTime (seconds, 1970-01-01 to 2106-02-07), and a DateTime64 column refuses values far
+# beyond it (1e30) at insert, which failed the whole batch on every retry and so stopped
+# every later insert.
+MIN_STORABLE, MAX_STORABLE = 0.0, float(2**32 - 1)
 
 
 def parse(value: Any) -> float | None:
@@ -38,3 +43,8 @@ def clamped(value: Any, received: float) -> float:
     if ts is None or ts > received + MAX_FUTURE or ts < received - MAX_PAST:
         return received
     return ts
+
+
+def storable(ts: float, fallback: float) -> float:
+    """``ts`` when a row can carry it (``MIN_STORABLE``..``MAX_STORABLE``), else ``fallback``."""
+    return ts if MIN_STORABLE <= ts <= MAX_STORABLE else fallback

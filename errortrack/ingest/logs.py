@@ -24,6 +24,7 @@ import orjson
 
 from errortrack.errors import BadRequest
 from errortrack.ingest.envelope import container_items
+from errortrack.timestamps import MAX_STORABLE, MIN_STORABLE
 
 if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
@@ -133,7 +134,11 @@ def _row(
     if type(level) is not str:
         level = ""
     timestamp = log.timestamp
-    if type(timestamp) is not float and type(timestamp) is not int:
+    # Missing, not a number, or a time no column can hold (errortrack/timestamps.py):
+    # the arrival time.
+    if (type(timestamp) is not float and type(timestamp) is not int) or not (
+        MIN_STORABLE <= timestamp <= MAX_STORABLE
+    ):
         timestamp = received
     body = log.body
     if type(body) is not str:

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from errortrack import timestamps
 from errortrack.ingest.logs import INT64_MAX, INT64_MIN, typed_maps
 
 
@@ -70,6 +71,9 @@ def span_row(
     attributes: dict[str, Any],
     retention_days: int,
 ) -> dict[str, Any]:
+    # Times no column can hold become the arrival time (docs/INGEST.md, "Choices").
+    start = timestamps.storable(start, received_at)
+    end = timestamps.storable(end, start)
     return {
         "project_id": project_id,
         "trace_id": trace_id,

@@ -156,6 +156,70 @@ def test_attributes_written_otherwise_are_stored_verbatim_and_insert(
         assert row[4]["d"] == 1.5 and row[4]["huge_d"] == pytest.approx(1.2345678901234568e29)
 
 
+def test_timestamps_no_column_can_hold_do_not_stop_the_writer(
+    state, ingest_client, project, clickhouse
+):
+    """A log, a transaction's child span or a v2 span dated 1e30 once got its 200 and
+    then failed its batch's insert on every retry, which stopped every later insert.
+    Such times are replaced like missing ones; everything inserts."""
+    pid, key = project
+    now = state.clock().timestamp()
+    absurd = 1e30
+    logs = [_log("absurd", timestamp=absurd), _log("before 1970", timestamp=-5.0), _log("ok")]
+    transaction = {
+        "type": "transaction",
+        "transaction": "GET /",
+        "start_timestamp": now,
+        "timestamp": now + 1,
+        "contexts": {"trace": {"trace_id": "a" * 32, "span_id": "b" * 16}},
+        "spans": [{"span_id": "c" * 16, "start_timestamp": absurd, "timestamp": absurd * 10}],
+    }
+    spans = {
+        "version": 2,
+        "items": [
+            {
+                "trace_id": "d" * 32,
+                "span_id": "e" * 16,
+                "name": "root",
+                "is_segment": True,
+                "start_timestamp": now,
+                "end_timestamp": now + 1,
+            },
+            {
+                "trace_id": "d" * 32,
+                "span_id": "f" * 16,
+                "name": "child",
+                "start_timestamp": absurd,
+                "end_timestamp": absurd,
+            },
+        ],
+    }
+    body = log_envelope(logs) + b"".join(
+        orjson.dumps({"type": kind}) + b"\n" + orjson.dumps(payload) + b"\n"
+        for kind, payload in (("transaction", transaction), ("span", spans))
+    )
+    resp = _post(ingest_client, pid, body, sentry_auth(key))
+    assert resp.status_code == 200, resp.text
+    state.ingest.writer.drain()  # raised here, and retried forever when served
+    stored = dict(
+        clickhouse.query_rows(
+            "SELECT body, toUnixTimestamp64Micro(timestamp) FROM logs "
+            "WHERE project_id = {p:UInt64}",
+            parameters={"p": pid},
+        )
+    )
+    received = round(now * 1e6)
+    assert stored == {"absurd": received, "before 1970": received, "ok": 1795313283175233}
+    spans_stored = clickhouse.query_rows(
+        "SELECT span_id, toUnixTimestamp64Micro(start_timestamp), duration_us FROM spans "
+        "WHERE project_id = {p:UInt64} ORDER BY span_id",
+        parameters={"p": pid},
+    )
+    assert [r[0] for r in spans_stored] == ["b" * 16, "c" * 16, "e" * 16, "f" * 16]
+    for _, start, duration in spans_stored:
+        assert abs(start - received) <= 1_000_000 and duration <= 1_000_000
+
+
 def test_both_url_shapes_and_project_retention(state, ingest_client, clickhouse):
     with state.sessions() as session:
         pid, key = make_project(session, retention_days=7)
