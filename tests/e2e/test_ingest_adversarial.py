@@ -1,0 +1,56 @@
+"""Unusual values an SDK may send in a log: each is acknowledged and must then insert,
+since a batch that fails for its data is retried forever and holds up every later
+insert (the writer takes the oldest segment first). A log dated 1e30 did exactly that
+until the seventh session (test_ingest_http.py covers it with spans)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from tests.ingest_support import sentry_auth
+
+BIG = b"1" + b"0" * 400  # an integer literal no 64-bit or double type holds
+
+
+def _raw_log_envelope(log: bytes) -> bytes:
+    item = b'{"items":[' + log + b"]}"
+    return b"{}\n" + orjson.dumps({"type": "log", "length": len(item)}) + b"\n" + item + b"\n"
+
+
+def _nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def _attr(value: bytes, kind: bytes) -> bytes:
+    return b'{"body":"a","attributes":{"k":{"value":' + value + b',"type":"' + kind + b'"}}}'
+
+
+CASES = {
+    "huge integer as double": _attr(BIG, b"double"),
+    "huge integer as integer": _attr(BIG, b"integer"),
+    "huge integer in array": _attr(b"[" + BIG + b"]", b"array"),
+    "huge integer timestamp": b'{"body":"a","timestamp":' + BIG + b"}",
+    "huge string timestamp": b'{"body":"a","timestamp":"' + BIG + b'"}',
+    "huge integer body": b'{"body":' + BIG + b"}",
+    "deep attributes": _attr(_nested(400), b"array"),
+    # Near the deepest msgspec reads here (its limit follows Python's recursion limit,
+    # ~990 levels less the caller's frames): ClickHouse must read the stored text too
+    # (input_format_json_max_depth, 1,000).
+    "attributes 900 deep": _attr(_nested(900), b"array"),
+    "empty key": b'{"body":"a","attributes":{"":{"value":"x","type":"string"}}}',
+    "nul characters": _attr(b'"\\u0000\\u0001"', b"string").replace(b'"a"', b'"\\u0000"'),
+    "negative zero": b'{"body":"a","timestamp":-0.0,"attributes":{"d":{"value":-0.0,"type":"double"}}}',
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_an_accepted_log_always_inserts(name, state, ingest_client, project, clickhouse):
+    pid, key = project
+    resp = ingest_client.simulate_post(
+        f"/api/{pid}/envelope/", body=_raw_log_envelope(CASES[name]), headers=sentry_auth(key)
+    )
+    assert resp.status_code == 200, resp.text  # each is a log an SDK could send
+    state.ingest.writer.drain()
+    count = clickhouse.command(f"SELECT count() FROM logs WHERE project_id = {pid}")
+    assert int(count) == 1
