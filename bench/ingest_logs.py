@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import http.client
 import multiprocessing
 import os
 import statistics
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import orjson
 
+from bench import wire
 from bench.logdata import envelope_logs
 from errortrack.config import Settings
 from tests.ingest_support import create_project_in, log_envelope
@@ -46,28 +46,23 @@ def _envelopes(count: int) -> list[bytes]:
 
 def _send(
     port: int,
-    path: str,
-    headers: dict[str, str],
-    bodies: list[bytes],
+    requests: list[bytes],
     until: float,
     interval: float,
     latencies: list[float],
     acked: list[int],
 ) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn = wire.Connection(port)
     n = ok = 0
     next_at = time.perf_counter()
     while (now := time.perf_counter()) < until:
         if interval and now < next_at:
             time.sleep(next_at - now)
         next_at += interval
-        body = bodies[n % len(bodies)]
         t0 = time.perf_counter()
-        conn.request("POST", path, body=body, headers=headers)
-        resp = conn.getresponse()
-        resp.read()
+        status = conn.send(requests[n % len(requests)])
         latencies.append(time.perf_counter() - t0)
-        if resp.status == 200:
+        if status == 200:
             ok += 1
         n += 1
     conn.close()
@@ -90,20 +85,12 @@ def _load(
     interval = connections / rate if rate else 0.0  # seconds between requests per connection
     latencies: list[float] = []
     acked: list[int] = []
+    requests = [wire.request(f"/api/{pid}/envelope/", headers, body) for body in bodies]
     until = time.perf_counter() + seconds
     threads = [
         threading.Thread(
             target=_send,
-            args=(
-                server.port,
-                f"/api/{pid}/envelope/",
-                headers,
-                bodies[i::connections],
-                until,
-                interval,
-                latencies,
-                acked,
-            ),
+            args=(server.port, requests[i::connections], until, interval, latencies, acked),
         )
         for i in range(connections)
     ]
