@@ -88,8 +88,9 @@ _ATTRIBUTES = msgspec.json.Decoder(dict[str, Attribute] | None)
 _ANY_ATTRIBUTES = msgspec.json.Decoder(dict[str, Any] | None)
 _ENCODE = msgspec.json.Encoder().encode
 # msgspec raises its own errors for bad JSON or shapes, UnicodeDecodeError for bad UTF-8
-# and RecursionError for JSON nested deeper than Python's recursion limit allows (a few
-# hundred levels; orjson, which reads the stored attributes back, allows 1,024).
+# and RecursionError for JSON nested deeper than Python's recursion limit allows (~990
+# levels less the caller's frames; orjson, which reads the stored attributes back, and
+# ClickHouse, which stores them, allow 1,024 and 1,000).
 _DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 
 
