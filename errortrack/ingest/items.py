@@ -16,11 +16,10 @@ JSON value, the columns of ``clickhouse/000N_<table>.sql``, less those whose def
 table makes, such as ``logs.id``) or that dict's JSON already encoded, as an
 ``orjson.Fragment`` (log rows). A JSON object for a String column is stored as its text;
 DateTime64 columns take float Unix seconds or ISO 8601 strings, UUIDs strings, Maps JSON
-objects. The rows are
-serialised as JSONEachRow into the spool before the 200 and inserted later by the
-writer thread, so a handler must not write anywhere itself. Heavy per-batch work (for
-``events``: assigning issue ids) belongs in a writer hook, not here (see
-``errortrack.spool.writer``).
+objects. The rows are serialised as JSONEachRow into the spool before the 200 and
+inserted later by the writer thread, so a handler must not write anywhere itself.
+Heavy per-batch work (for ``events``: assigning issue ids) belongs in a writer hook, not
+here (see ``errortrack.spool.writer``).
 
 A handler raises ``errortrack.errors.BadRequest`` for a malformed payload (the whole
 envelope is then refused with 400 and nothing is spooled); any other exception is a bug
