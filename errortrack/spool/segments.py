@@ -260,7 +260,7 @@ class Spool:
             retry_after=self.retry_after,
         )
 
-    def _write_locked(self, record: bytes, rows: int) -> _Segment:
+    def _write_locked(self, record: list[bytes], rows: int) -> _Segment:
         if self._current is None:
             assert self.dir is not None
             name = f"{time.time_ns():020d}-{secrets.token_hex(4)}{SUFFIX}"
@@ -268,19 +268,20 @@ class Spool:
             # The file's own fdatasync does not make its directory entry durable.
             ownership.fsync_dir(self.dir)
         seg = self._current
+        size = sum(map(len, record))
         try:
-            written = os.write(seg.fd, record)
-            if written != len(record):
-                raise OSError(f"short write ({written} of {len(record)} bytes)")
+            written = os.writev(seg.fd, record)
+            if written != size:
+                raise OSError(f"short write ({written} of {size} bytes)")
         except OSError as exc:
             # Cut the partial record off so that later records stay readable.
             os.ftruncate(seg.fd, seg.size)
             raise Unavailable(
                 f"the ingest spool cannot write: {exc}", retry_after=self.retry_after
             ) from None
-        seg.size += len(record)
+        seg.size += size
         seg.rows += rows
-        self._bytes += len(record)
+        self._bytes += size
         self._written += 1
         return seg
 

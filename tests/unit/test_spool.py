@@ -25,8 +25,8 @@ def _spool(root: Path, **kw) -> Spool:
 
 
 def test_records_round_trip_and_stop_at_a_torn_tail():
-    one = records.encode({"logs": b'{"a":1}\n', "events": b'{"e":1}\n'})
-    two = records.encode({"logs": b'{"a":2}\n', "spans": b""})
+    one = b"".join(records.encode({"logs": b'{"a":1}\n', "events": b'{"e":1}\n'}))
+    two = b"".join(records.encode({"logs": b'{"a":2}\n', "spans": b""}))
     tables, intact = records.decode(one + two + two[:-3])
     assert tables == {"logs": b'{"a":1}\n{"a":2}\n', "events": b'{"e":1}\n'}
     assert intact == len(one) + len(two)
@@ -42,7 +42,7 @@ def test_record_size_is_known_before_encoding():
         {"logs": b"x" * 100_000, "events": b"", "spans": b'{"s":1}\n'},
         {"events": b""},
     ):
-        assert records.size(tables) == len(records.encode(tables))
+        assert records.size(tables) == len(b"".join(records.encode(tables)))
 
 
 def test_concurrent_appends_share_fsyncs(tmp_path):
