@@ -29,8 +29,6 @@ import threading
 import time
 from pathlib import Path
 
-import orjson
-
 from bench import wire
 from bench.logdata import envelope_logs
 from errortrack.config import Settings
@@ -195,9 +193,7 @@ def _raw_rate(
     ch_migrate.apply(store)
     ctx = ItemContext(1, dt.datetime.now(dt.UTC), 90, {})
     lines = b"".join(
-        orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
-        for body in bodies
-        for row in handle_log(parse(body).items[0][1], {}, ctx).logs
+        handle_log(parse(body).items[0][1], {}, ctx).log_lines for body in bodies
     ).splitlines(keepends=True)
     batches = [b"".join(lines[i : i + batch_rows]) for i in range(0, len(lines), batch_rows)]
     client = store.client()

@@ -41,7 +41,8 @@ def rows_for(n: int) -> list[Row]:
     ctx = ItemContext(1, dt.datetime.now(dt.UTC), 90, {})
     rows: list[Row] = []
     while len(rows) < n:
-        rows.extend(handle_log(orjson.dumps({"items": envelope_logs(100)}), {}, ctx).logs)
+        lines = handle_log(orjson.dumps({"items": envelope_logs(100)}), {}, ctx).log_lines
+        rows.extend(orjson.loads(line) for line in lines.splitlines())
     return rows[:n]
 
 

@@ -54,8 +54,8 @@ def insert_logs(
     one first, so that tests know which id to expect."""
     # Ten years of retention: the TTL must not drop these rows while a test runs.
     ctx = ItemContext(project_id, received, 3650, {})
-    encoded = handle_log(orjson.dumps({"items": logs}), {"type": "log"}, ctx).logs
-    rows = [orjson.loads(orjson.dumps(row)) for row in encoded]  # each an orjson.Fragment
+    encoded = handle_log(orjson.dumps({"items": logs}), {"type": "log"}, ctx).log_lines
+    rows = [orjson.loads(line) for line in encoded.splitlines()]
     for row in rows:
         row["id"] = str(uuid.uuid4())
     block = b"\n".join(orjson.dumps(row) for row in rows)

@@ -13,8 +13,8 @@ A handler is a plain function::
 
 It returns ``ItemRows``: rows per ClickHouse table, each a plain dict (column name ->
 JSON value, the columns of ``clickhouse/000N_<table>.sql``, less those whose default the
-table makes, such as ``logs.id``) or that dict's JSON already encoded, as an
-``orjson.Fragment`` (log rows). A JSON object for a String column is stored as its text;
+table makes, such as ``logs.id``); log rows come already encoded, as JSONEachRow lines
+(``ItemRows.log_lines``). A JSON object for a String column is stored as its text;
 DateTime64 columns take float Unix seconds or ISO 8601 strings, UUIDs strings, Maps JSON
 objects. The rows are serialised as JSONEachRow into the spool before the 200 and
 inserted later by the writer thread, so a handler must not write anywhere itself.
@@ -62,15 +62,18 @@ class ItemContext:
 class ItemRows:
     """Rows per ClickHouse table, plus the event id to answer with (if the item is one)."""
 
-    # A row may also be an orjson.Fragment: one JSON object, already encoded (logs are).
-    logs: list[Any] = dataclasses.field(default_factory=list)
     events: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     spans: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     # 32-hex event id for the response body {"id": ...}; None when the item is no event.
     event_id: str | None = None
+    # Log rows come already encoded: ``log_count`` JSONEachRow lines, each ending in a
+    # newline. The log handler encodes a whole item at once, which cost ~0.5 us per log
+    # less than a JSON object per row joined later (bench/RESULTS.md, eighth session).
+    log_lines: bytes = b""
+    log_count: int = 0
 
     def count(self) -> int:
-        return len(self.logs) + len(self.events) + len(self.spans)
+        return self.log_count + len(self.events) + len(self.spans)
 
 
 Handler = Callable[[bytes, dict[str, Any], ItemContext], ItemRows]

@@ -9,8 +9,8 @@ for that (measured in bench/RESULTS.md, seventh session):
 - The attributes are decoded a second time, into ``Attribute`` structs, only for the
   typed maps. The structs opt out of the cyclic GC (decoded JSON has no cycles), which
   then tracks only the maps' dicts.
-- Each row is encoded here, once, by msgspec, and handed on as an ``orjson.Fragment``
-  (the spool's encoder writes it unchanged).
+- The item's rows are encoded here, at once, by msgspec, as the JSONEachRow lines the
+  spool stores (``ItemRows.log_lines``).
 Together ~24 % less CPU per log than ``orjson.loads`` of the item, dict rows and an
 ``orjson.dumps`` of each row, which re-encoded every attribute.
 """
@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-import orjson
 
 from errortrack.errors import BadRequest
 from errortrack.ingest.envelope import container_items
@@ -86,7 +85,8 @@ _ITEM = msgspec.json.Decoder(_Item)
 _ATTRIBUTES = msgspec.json.Decoder(dict[str, Attribute] | None)
 # For attributes whose values are not all objects (tolerated: those stay out of the maps).
 _ANY_ATTRIBUTES = msgspec.json.Decoder(dict[str, Any] | None)
-_ENCODE = msgspec.json.Encoder().encode
+_ENCODER = msgspec.json.Encoder()
+_ENCODE = _ENCODER.encode
 # msgspec raises its own errors for bad JSON or shapes, UnicodeDecodeError for bad UTF-8
 # and RecursionError for JSON nested deeper than Python's recursion limit allows (~990
 # levels less the caller's frames; orjson, which reads the stored attributes back, and
@@ -106,11 +106,8 @@ def handle_log(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> Ite
     # The stored attributes are the bytes as sent, unless a pretty-printed item (which
     # needs a `length` header) put newlines in them: the spool's rows are one per line.
     verbatim = b"\n" not in payload
-    rows: list[Any] = [
-        orjson.Fragment(_ENCODE(_row(log, i, pid, received, retention, verbatim)))
-        for i, log in enumerate(logs)
-    ]
-    return ItemRows(logs=rows)
+    rows = [_row(log, i, pid, received, retention, verbatim) for i, log in enumerate(logs)]
+    return ItemRows(log_lines=_ENCODER.encode_lines(rows), log_count=len(rows))
 
 
 def _why_not(payload: bytes, exc: Exception) -> BadRequest:

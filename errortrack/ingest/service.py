@@ -103,26 +103,23 @@ def _accept(
     header: dict[str, Any] | None = None,
 ) -> Accepted:
     header = ctx.envelope_header if header is None else header
-    tables: dict[str, list[dict[str, Any]]] = {"logs": [], "events": [], "spans": []}
+    tables: dict[str, list[dict[str, Any]]] = {"events": [], "spans": []}
+    log_lines: list[bytes] = []
     event_id: str | None = None
-    accepted = 0
+    accepted = count = 0
     for kind, item_header, payload in parts:
         rows = items.dispatch(kind, payload, item_header, ctx)
-        tables["logs"] += rows.logs
+        log_lines.append(rows.log_lines)
         tables["events"] += rows.events
         tables["spans"] += rows.spans
+        count += rows.count()
         accepted += max(1, rows.count())
         if event_id is None:
             event_id = rows.event_id or (header.get("event_id") if kind in EVENT_TYPES else None)
     ingest.limiter.take(ctx.project_id, accepted)
-    count = sum(len(r) for r in tables.values())
-    encoded = (
-        {
-            name: b"".join([orjson.dumps(r, option=_NEWLINE) for r in rows])
-            for name, rows in tables.items()
-        }
-        if count
-        else {}
-    )
+    encoded = {"logs": b"".join(log_lines)} if count else {}
+    for name, rows_of in tables.items():
+        if rows_of:
+            encoded[name] = b"".join([orjson.dumps(r, option=_NEWLINE) for r in rows_of])
     response = {"id": event_id} if isinstance(event_id, str) and event_id else {}
     return Accepted(response, encoded, count)

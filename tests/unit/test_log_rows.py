@@ -15,8 +15,10 @@ TRACE = "e5b61031519245ccaea3fd1be4e59ce7"
 
 
 def encoded(payload: bytes) -> list[bytes]:
-    """The rows as the spool gets them: each one JSON object, already encoded."""
-    return [orjson.dumps(row) for row in dispatch("log", payload, {"type": "log"}, CTX).logs]
+    """The rows as the spool gets them: JSONEachRow lines, one JSON object each."""
+    out = dispatch("log", payload, {"type": "log"}, CTX)
+    assert out.log_lines.count(b"\n") == out.log_count == out.count()
+    return out.log_lines.splitlines()
 
 
 def rows(*logs):
