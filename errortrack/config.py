@@ -138,6 +138,12 @@ class Settings:
     # spread (bench/RESULTS.md, fourth session).
     writer_batch_rows: int = _setting(10_000, _positive_int, "Rows per ClickHouse insert")
     writer_max_age_ms: int = _setting(1000, _positive_int, "Max age in ms of a spooled batch")
+    # A batch refused this many times in a row with a data error (a value ClickHouse cannot
+    # store) is bisected and its bad rows quarantined (docs/INGEST.md, "Poison rows");
+    # a few tries first, so that one odd failure never sends rows aside.
+    writer_quarantine_after: int = _setting(
+        5, _positive_int, "Data-error failures of a batch before its bad rows are quarantined"
+    )
     # Accepted items per second per project (a log counts once per log line); 0 = no limit.
     rate_limit_per_second: int = _setting(0, _non_negative_int, "Ingest items/s per project")
 

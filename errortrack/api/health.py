@@ -1,10 +1,17 @@
-"""Liveness and readiness probes."""
+"""Liveness and readiness probes.
+
+/readyz also reports ``quarantined_rows``: rows ClickHouse refused for their data, kept
+in the spool's quarantine (docs/INGEST.md, "Poison rows"). They do not make the server
+unready: ingest goes on around them, and a 503 would only take a working instance out
+of its load balancer. Counted from the files, so every worker and restart agrees.
+"""
 
 from __future__ import annotations
 
 import falcon
 
 from errortrack.errors import Unavailable
+from errortrack.spool import quarantine
 from errortrack.state import AppState
 
 
@@ -22,4 +29,10 @@ class Readyz:
         if failures:
             detail = "; ".join(f"{store}: {why}" for store, why in failures.items())
             raise Unavailable(f"store not ready: {detail}", retry_after=5)
-        resp.media = {"status": "ok", "relational": "ok", "clickhouse": "ok"}
+        kept = quarantine.Quarantine(quarantine.directory(self._state.settings.spool_dir))
+        resp.media = {
+            "status": "ok",
+            "relational": "ok",
+            "clickhouse": "ok",
+            "quarantined_rows": kept.count(),
+        }

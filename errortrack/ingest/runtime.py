@@ -55,5 +55,6 @@ def build(
         max_age=settings.writer_max_age_ms / 1000,
         hooks=hooks,
         backoff=backoff,
+        quarantine_after=settings.writer_quarantine_after,
     )
     return IngestRuntime(ingest, writer)

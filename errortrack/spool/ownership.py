@@ -2,7 +2,8 @@
 
 A process adopts the segments of every ``w-*`` directory whose lock is free (its
 process died or stopped), renaming them into its own directory under the same names,
-so their insert deduplication tokens, and with them exactly-once replay, survive.
+so their insert deduplication tokens, and with them exactly-once replay, survive; the
+same goes for the writer's bisection markers next to them.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
-def adopt_orphans(root: Path, own: Path, suffix: str) -> list[Path]:
-    """Move orphans' segments into ``own``; return every segment there, oldest first."""
+def adopt_orphans(root: Path, own: Path, suffix: str, *, markers: str = "") -> list[Path]:
+    """Move orphans' segments (and their ``markers`` files) into ``own``; return every
+    segment there, oldest first."""
     for other in sorted(root.glob("w-*")):
         if other == own or not other.is_dir():
             continue
@@ -25,9 +27,12 @@ def adopt_orphans(root: Path, own: Path, suffix: str) -> list[Path]:
         if fd is None:
             continue  # a live process owns it
         try:
-            for seg in other.glob(f"*{suffix}"):
+            # Markers first: a crash in between must never leave a segment adopted
+            # without the marker that says how to replay it (writer.py, "Poison rows").
+            moved = [*other.glob(f"*{markers}")] if markers else []
+            for path in [*moved, *other.glob(f"*{suffix}")]:
                 # Same name, same dedup token: a replay stays idempotent.
-                seg.rename(own / seg.name)
+                path.rename(own / path.name)
             with contextlib.suppress(FileNotFoundError):
                 (other / "lock").unlink()
             other.rmdir()

@@ -14,6 +14,9 @@
 - Each process owns one subdirectory ``<root>/w-<pid>-<random>/`` guarded by a ``flock``
   on its ``lock`` file. At start a process adopts the segments of subdirectories whose
   lock is free (their process died or stopped), so gunicorn workers can share a data dir.
+- A marker ``<segment stem>.<table>.bisect`` next to a segment records that the writer
+  inserts that table's rows in parts (a poison row, writer.py), and lists the row ranges
+  it has split since; it goes with its segment on adoption and is deleted after it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,11 @@ from errortrack.spool import ownership, records
 
 log = logging.getLogger(__name__)
 SUFFIX = ".seg"
+MARKER = ".bisect"
+
+
+def bisect_marker(segment: Path, table: str) -> Path:
+    return segment.with_name(f"{segment.stem}.{table}{MARKER}")
 
 
 class _Segment:
@@ -113,6 +121,7 @@ class Spool:
         self._queued_in = 0
         self._queued_out = 0
         self._queue_lock = threading.Lock()
+        self._bisecting: set[Path] = set()  # markers of our segments (mark_bisect)
 
     # -- ownership ---------------------------------------------------------------------
     def open(self) -> None:
@@ -145,12 +154,18 @@ class Spool:
 
     def _adopt_orphans(self) -> None:
         assert self.dir is not None
-        found = ownership.adopt_orphans(self.root, self.dir, SUFFIX)
+        found = ownership.adopt_orphans(self.root, self.dir, SUFFIX, markers=MARKER)
         for seg in found:
             self._sealed.append(seg)
             self._bytes += seg.stat().st_size
         if found:
             log.info("spool: replaying %d leftover segment(s)", len(found))
+        segments = set(found)
+        for marker in self.dir.glob(f"*{MARKER}"):
+            if marker.with_name(marker.name.split(".")[0] + SUFFIX) in segments:
+                self._bisecting.add(marker)
+            else:  # its segment was inserted and deleted, then the process died
+                marker.unlink()
 
     # -- appending ---------------------------------------------------------------------
     def append(self, tables: Mapping[str, bytes], rows: int) -> None:
@@ -376,12 +391,59 @@ class Spool:
             return self._sealed[0] if self._sealed else None
 
     def done(self, path: Path) -> None:
-        """The segment's rows are in ClickHouse: delete it."""
+        """The segment's rows are in ClickHouse: delete it (and its markers)."""
         with self._cond:
             size = path.stat().st_size
             path.unlink()
             self._sealed.remove(path)
             self._bytes -= size
+        if self._bisecting:
+            self._drop_markers(path)
+
+    # -- poison rows (writer.py) ---------------------------------------------------------
+    def mark_bisect(self, path: Path, table: str) -> None:
+        """Durably record that ``table``'s rows of segment ``path`` go in by parts, before
+        the first part is sent: a replay must never send them whole again, as the whole
+        batch's token would not deduplicate against the parts already in."""
+        marker = bisect_marker(path, table)
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.close(fd)
+        ownership.fsync_dir(marker.parent)  # the file is empty: its name is the record
+        with self._cond:
+            self._bisecting.add(marker)
+
+    def bisecting(self, path: Path, table: str) -> bool:
+        return bool(self._bisecting) and bisect_marker(path, table) in self._bisecting
+
+    def record_split(self, path: Path, table: str, lo: int, hi: int) -> None:
+        """Durably note that rows ``lo..hi-1`` were refused together, before any of their
+        parts is sent: a replay must not send them together again either."""
+        fd = os.open(bisect_marker(path, table), os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, f"{lo}-{hi}\n".encode())
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    def splits(self, path: Path, table: str) -> set[tuple[int, int]]:
+        """The row ranges ``record_split`` noted for this segment and table."""
+        text = bisect_marker(path, table).read_text()
+        # A line cut short by a crash was never synced, so no part of it was sent.
+        lines = text.split("\n")[:-1]
+        return {(int(lo), int(hi)) for lo, hi in (line.split("-") for line in lines)}
+
+    def _drop_markers(self, path: Path) -> None:
+        markers = [bisect_marker(path, t) for t in records.TABLES]
+        markers = [m for m in markers if m in self._bisecting]
+        if not markers:
+            return
+        # The segment's deletion first, durably: a marker lost while its segment stays
+        # would let a replay insert the whole batch over the parts already in.
+        ownership.fsync_dir(path.parent)
+        for marker in markers:
+            marker.unlink(missing_ok=True)
+        with self._cond:
+            self._bisecting.difference_update(markers)
 
     def sealed(self) -> list[Path]:
         """Sealed segments waiting for the writer, oldest first."""

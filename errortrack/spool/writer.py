@@ -8,10 +8,39 @@ between insert and delete (or after a partly failed segment) is applied once.
 tests pass one that fails on demand. ``hooks`` (table -> ``hook(rows, batch_token) ->
 rows``) run in this thread just before a table's insert (``events`` uses one to assign
 issue ids); a hook that raises counts as a failed insert, so the segment is retried.
+
+Poison rows (docs/INGEST.md). Failures are retried with backoff, forever, and the oldest
+segment goes first, so a row that ClickHouse refuses for its data would stop every later
+insert. When a table's insert has failed ``quarantine_after`` times in a row with a data
+error (``quarantine.is_data_error``: ClickHouse named a parse or range error; anything
+else is transient), the writer bisects that table's rows instead:
+
+- it inserts halves with the token ``<segment name>:<table>:<lo>-<hi>`` (rows
+  ``lo..hi-1`` of the table's spooled lines, which never change), and splits each half
+  refused with a data error again, down to single rows;
+- ClickHouse matches a token only against itself, so rows sent together under one token
+  must never go together again once parts of them are in. Hence the marker file
+  (``Spool.mark_bisect``, fsync'd before the first part) and its journal of the ranges
+  split since (``Spool.record_split``, before their halves): a replay after a crash
+  splits what was split, resends the rest with the same tokens, and ClickHouse drops
+  what went in before;
+- a row refused alone, and again on ``ALONE_RETRIES`` more tries, is appended to
+  ``<spool dir>/quarantine/<table>.jsonl`` (fsync'd) and logged at ERROR, then the
+  segment completes as usual. A transient error at any step raises: the writer backs
+  off and the replay resumes the bisection.
+
+A table with a hook gets it per part, with the whole batch's token: the hook already
+ran on the whole batch (it runs before the insert that failed), so for the grouping hook
+each part is a replay of a batch it has counted: it assigns issue ids and drops events
+ClickHouse holds, and counts nothing twice. Only the insert's own failure can start a
+bisection; a hook that raises is retried as before.
+
+Nothing of this runs while inserts succeed: the normal path costs one set lookup.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -21,7 +50,7 @@ from typing import Any
 import orjson
 
 from errortrack.analytics import ClickHouse
-from errortrack.spool import records
+from errortrack.spool import quarantine, records
 from errortrack.spool.segments import Spool
 
 log = logging.getLogger(__name__)
@@ -40,6 +69,9 @@ INSERT_SETTINGS = {
     # ClickHouse 23; said here because the stored bytes depend on it).
     "input_format_json_read_objects_as_strings": 1,
 }
+# Tries of a row alone after it first failed alone, before it is quarantined: a data
+# error is what ClickHouse said about these bytes, so more would not change the answer.
+ALONE_RETRIES = 2
 # Event rows end with this key (errortrack.issues.events.event_row). Keys before it hold
 # scalars, and a JSON string holds no unescaped quote, so its first match is the key.
 _PAYLOAD_KEY = b',"payload":'
@@ -67,13 +99,18 @@ class Writer:
         max_age: float = 1.0,
         hooks: Mapping[str, Hook] | None = None,
         backoff: tuple[float, float] = (0.2, 5.0),
+        quarantine_after: int = 5,
     ) -> None:
         self.spool = spool
         self.insert = insert
         self.max_age = max_age
         self.hooks = dict(hooks or {})
         self.backoff = backoff
+        self.quarantine_after = quarantine_after
+        self.quarantine = quarantine.Quarantine(quarantine.directory(spool.root))
         self.failures = 0  # consecutive failed attempts; exposed for tests and logs
+        self.quarantined = 0  # rows this writer moved to the quarantine
+        self._streak = ("", 0)  # a batch token and its consecutive data errors
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -127,14 +164,122 @@ class Writer:
             data = tables.get(table)
             if not data:
                 continue
-            token = f"{path.stem}:{table}"
-            hook = self.hooks.get(table)
-            if hook is not None:
-                rows = hook([decode_row(line) for line in data.splitlines()], token)
-                data = b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows)
-                if not data:
-                    continue
-            self.insert(table, data, token)
+            if self.spool.bisecting(path, table):
+                self._bisect(path, table, data)  # a replay: resume as the marker says
+            else:
+                self._write_table(path, table, data)
+
+    def _write_table(self, path: Path, table: str, data: bytes) -> None:
+        token = f"{path.stem}:{table}"
+        hooked = self._hooked(table, data, token)
+        if not hooked:
+            return
+        try:
+            self.insert(table, hooked, token)
+        except Exception as exc:
+            if not self._poisoned(token, exc):
+                raise
+            log.error("spool: %s keeps failing with a data error, bisecting: %s", token, exc)
+            self.spool.mark_bisect(path, table)
+            self._bisect(path, table, data)
+
+    def _hooked(self, table: str, data: bytes, batch: str) -> bytes:
+        hook = self.hooks.get(table)
+        if hook is None:
+            return data
+        rows = hook([decode_row(line) for line in data.splitlines()], batch)
+        return b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows)
+
+    def _poisoned(self, token: str, exc: Exception) -> bool:
+        """Whether ``token``'s batch has now failed with a data error often enough."""
+        if not quarantine.is_data_error(exc):
+            self._streak = ("", 0)
+            return False
+        streak = self._streak[1] + 1 if self._streak[0] == token else 1
+        self._streak = (token, streak)
+        return streak >= self.quarantine_after
+
+    # -- poison rows: bisection --------------------------------------------------------
+    def _bisect(self, path: Path, table: str, data: bytes) -> None:
+        # Split on b"\n" only: a row is one line, whatever else its bytes hold.
+        lines = data.split(b"\n")
+        if not lines[-1]:
+            lines.pop()
+        batch = _Batch(path, table, lines, self.spool.splits(path, table))
+        self._split(batch, 0, len(lines))
+
+    def _split(self, batch: _Batch, lo: int, hi: int) -> None:
+        """Insert rows ``lo..hi-1``, refused together, in halves."""
+        if hi - lo == 1:
+            self._alone(batch, lo)
+            return
+        mid = (lo + hi) // 2
+        for a, b in ((lo, mid), (mid, hi)):
+            if (a, b) in batch.split:
+                self._split(batch, a, b)  # refused before a crash: parts may be in
+            elif self._try(batch, a, b) is not None:
+                if b - a > 1:
+                    self.spool.record_split(batch.path, batch.table, a, b)
+                    batch.split.add((a, b))
+                self._split(batch, a, b)
+
+    def _alone(self, batch: _Batch, i: int) -> None:
+        row_id = f"{batch.token}:{i}"
+        if self.quarantine.holds(batch.table, row_id):
+            return  # quarantined before a crash: the row stays in one place
+        error: Exception | None = None
+        for _ in range(ALONE_RETRIES):
+            error = self._try(batch, i, i + 1)
+            if error is None:
+                return
+        if self.quarantine.add(batch.table, row_id, batch.token, batch.lines[i], str(error)):
+            self.quarantined += 1
+            log.error("spool: quarantined row %s: %s", row_id, error)
+
+    def _try(self, batch: _Batch, lo: int, hi: int) -> Exception | None:
+        """None once rows ``lo..hi-1`` are in; the data error that refused them. Any other
+        error raises: the writer backs off, and the replay resumes from the marker."""
+        rows = b"\n".join(batch.lines[lo:hi]) + b"\n"
+        hooked = self._hooked(batch.table, rows, batch.token)
+        if not hooked:
+            return None
+        try:
+            self.insert(batch.table, hooked, part_token(batch.token, lo, hi))
+        except Exception as exc:
+            if not quarantine.is_data_error(exc):
+                raise
+            return exc
+        return None
+
+    def reinsert(self, entry: dict[str, Any]) -> None:
+        """Insert a quarantined row again (``errortrack spool requeue``) as its bisection
+        would have: through the table's hook with its batch's token (the grouping hook
+        counted it with that batch), under the token of its own one-row part, so that a
+        second requeue, or a replay of a segment it is still in, is dropped as a repeat."""
+        batch, table = str(entry["batch"]), str(entry["table"])
+        i = int(str(entry["id"]).rsplit(":", 1)[1])
+        hooked = self._hooked(table, quarantine.row_bytes(entry) + b"\n", batch)
+        if hooked:
+            self.insert(table, hooked, part_token(batch, i, i + 1))
+
+
+@dataclasses.dataclass
+class _Batch:
+    """One table's rows of one segment, inserted in parts."""
+
+    path: Path
+    table: str
+    lines: list[bytes]  # the spooled lines: the same on every replay, unlike a hook's output
+    split: set[tuple[int, int]]  # ranges refused together (the marker's journal)
+
+    @property
+    def token(self) -> str:
+        return f"{self.path.stem}:{self.table}"
+
+
+def part_token(batch: str, lo: int, hi: int) -> str:
+    """The deduplication token of rows ``lo..hi-1`` of a batch (``requeue`` uses a row's)."""
+    return f"{batch}:{lo}-{hi}"
 
 
 def decode_row(line: bytes) -> dict[str, Any]:

@@ -1,0 +1,231 @@
+"""Poison rows: which insert failures are the data's fault, and where such rows are kept.
+
+A row that ClickHouse refuses for what it holds (a value its column cannot take) fails
+its batch on every retry. The writer (``spool/writer.py``) then bisects the batch and
+moves each row that fails alone here, so that one bad row cannot stop ingest for
+everyone. Deciding wrongly in either direction has a price, so the test is narrow:
+
+- a failure is a data error only when ClickHouse names one of ``DATA_ERRORS``;
+- everything else (network, timeouts, memory, too many parts, a full disk, a missing
+  table, a read-only replica, an unknown code, any Python error) is transient: the
+  writer backs off and retries the same rows later, however long that takes.
+
+A transient error taken for a data error would move good rows out of the way (they are
+kept here, not lost, but no longer queryable until re-inserted); a data error taken for
+a transient one blocks the writer as before. Hence a short list of codes, checked
+against ``errorCodeToName`` of the chDB in use (26.9).
+
+Rows are kept in ``<spool dir>/quarantine/<table>.jsonl``, one JSON object per row, each
+appended and fsync'd before its segment may be deleted. ``errortrack spool requeue``
+re-inserts them (``requeue``), keeping those that still fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from clickhouse_connect.driver.exceptions import Error as DriverError
+
+from errortrack.spool import ownership
+
+DIRECTORY = "quarantine"
+
+# ClickHouse error codes that mean "this input cannot go into this column": parse and
+# conversion failures, values out of the type's range. Codes that can also come from a
+# cut-off request body (3 UNEXPECTED_END_OF_FILE, 32 ATTEMPT_TO_READ_AFTER_EOF, 33
+# CANNOT_READ_ALL_DATA) are left out: over HTTP they may be the network's fault, and a
+# spooled row is never cut off (the record's checksum guards it).
+DATA_ERRORS: dict[int, str] = {
+    6: "CANNOT_PARSE_TEXT",
+    19: "SIZE_OF_FIXED_STRING_DOESNT_MATCH",
+    25: "CANNOT_PARSE_ESCAPE_SEQUENCE",
+    26: "CANNOT_PARSE_QUOTED_STRING",
+    27: "CANNOT_PARSE_INPUT_ASSERTION_FAILED",  # a JSONEachRow line that is not an object
+    38: "CANNOT_PARSE_DATE",
+    41: "CANNOT_PARSE_DATETIME",
+    53: "TYPE_MISMATCH",
+    69: "ARGUMENT_OUT_OF_BOUND",
+    70: "CANNOT_CONVERT_TYPE",
+    72: "CANNOT_PARSE_NUMBER",  # also a negative number for an unsigned column
+    117: "INCORRECT_DATA",
+    128: "TOO_LARGE_ARRAY_SIZE",
+    130: "CANNOT_READ_ARRAY_FROM_TEXT",
+    131: "TOO_LARGE_STRING_SIZE",
+    190: "SIZES_OF_ARRAYS_DONT_MATCH",
+    321: "VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE",
+    349: "CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN",
+    376: "CANNOT_PARSE_UUID",
+    407: "DECIMAL_OVERFLOW",  # a DateTime64 far out of range (a log dated 1e30)
+    441: "CANNOT_PARSE_DOMAIN_VALUE_FROM_STRING",
+    467: "CANNOT_PARSE_BOOL",
+    469: "VIOLATED_CONSTRAINT",
+    626: "CANNOT_SKIP_UNKNOWN_FIELD",
+    632: "UNEXPECTED_DATA_AFTER_PARSED_VALUE",
+    675: "CANNOT_PARSE_IPV4",
+    676: "CANNOT_PARSE_IPV6",
+    691: "UNKNOWN_ELEMENT_OF_ENUM",
+}
+_CODE = re.compile(r"\bCode: (\d+)\.")
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The ClickHouse error code of an insert failure, None when it is not ClickHouse's.
+
+    clickhouse-connect carries it (``code``, over HTTP and over chDB); chDB used directly
+    raises ``ChdbError`` with only ``Code: NNN.`` in its message."""
+    if isinstance(exc, DriverError):
+        if exc.code is not None:
+            return exc.code
+    elif not type(exc).__module__.startswith("chdb"):
+        return None
+    found = _CODE.search(str(exc))
+    return int(found.group(1)) if found else None
+
+
+def is_data_error(exc: BaseException) -> bool:
+    return error_code(exc) in DATA_ERRORS
+
+
+def directory(spool_root: Path) -> Path:
+    return spool_root / DIRECTORY
+
+
+class Quarantine:
+    """The quarantine files of one spool directory, shared by every process using it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._ids: dict[str, set[str]] = {}  # per table, the ids in its file (add())
+
+    def file(self, table: str) -> Path:
+        return self.path / f"{table}.jsonl"
+
+    def add(self, table: str, row_id: str, batch: str, row: bytes, error: str) -> bool:
+        """Durably append one row; False when ``row_id`` is there already (a segment
+        replayed after a crash mid-bisection refuses the same row again)."""
+        with self._locked():
+            ids = self._known(table)
+            if row_id in ids:
+                return False
+            entry = {
+                "id": row_id,
+                "table": table,
+                "batch": batch,
+                # surrogateescape + ensure_ascii: the exact bytes come back, even if not UTF-8.
+                "row": row.decode("utf-8", "surrogateescape"),
+                "error": error,
+                "quarantined_at": dt.datetime.now(dt.UTC).isoformat(),
+            }
+            _append(self.file(table), (json.dumps(entry, ensure_ascii=True) + "\n").encode())
+            ids.add(row_id)
+            return True
+
+    def holds(self, table: str, row_id: str) -> bool:
+        with self._locked():
+            return row_id in self._known(table)
+
+    def _known(self, table: str) -> set[str]:
+        ids = self._ids.get(table)
+        if ids is None:
+            # Read once per process: a segment belongs to one process at a time, so only
+            # this one adds the ids of the segments it inserts.
+            ids = self._ids[table] = {str(e.get("id")) for e in self.entries(table)}
+        return ids
+
+    def entries(self, table: str) -> list[dict[str, Any]]:
+        """The kept rows; a line that does not parse (edited by hand?) comes back as
+        ``{"unreadable": line}`` so that it is neither fatal nor dropped by ``requeue``."""
+        try:
+            lines = self.file(table).read_bytes().splitlines()
+        except FileNotFoundError:
+            return []
+        return [_parse(line) for line in lines if line.strip()]
+
+    def count(self) -> int:
+        """Rows kept, over all tables (what /readyz reports)."""
+        try:
+            files = [p for p in self.path.iterdir() if p.suffix == ".jsonl"]
+        except FileNotFoundError:
+            return 0
+        return sum(p.read_bytes().count(b"\n") for p in files)
+
+    def requeue(self, table: str, insert: Callable[[dict[str, Any]], None]) -> tuple[int, int]:
+        """Hand every kept row of ``table`` to ``insert``; rows it raises for stay.
+        Returns (re-inserted, still kept). Holds the lock, so no row is added meanwhile."""
+        with self._locked():
+            kept = []
+            entries = self.entries(table)
+            for entry in entries:
+                try:
+                    if "unreadable" in entry:
+                        raise ValueError("the line is not a quarantine entry")
+                    insert(entry)
+                except Exception as exc:  # any reason: the row stays for the next try
+                    kept.append({**entry, "error": str(exc)})
+            self._rewrite(table, kept)
+            self._ids.pop(table, None)
+            return len(entries) - len(kept), len(kept)
+
+    def _rewrite(self, table: str, kept: list[dict[str, Any]]) -> None:
+        target = self.file(table)
+        if not kept:
+            target.unlink(missing_ok=True)
+            return
+        staging = target.with_suffix(".tmp")
+        staging.unlink(missing_ok=True)
+        _append(staging, "".join(json.dumps(e, ensure_ascii=True) + "\n" for e in kept).encode())
+        staging.replace(target)
+        ownership.fsync_dir(self.path)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        # Several workers (and `errortrack spool requeue`) share the files.
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+
+def row_bytes(entry: dict[str, Any]) -> bytes:
+    """A kept row's line as it was spooled (``Quarantine.add`` in reverse)."""
+    return str(entry["row"]).encode("utf-8", "surrogateescape")
+
+
+def _parse(line: bytes) -> dict[str, Any]:
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        entry = None
+    if not isinstance(entry, dict):
+        return {"unreadable": line.decode("utf-8", "replace")}
+    return entry
+
+
+def _append(path: Path, data: bytes) -> None:
+    created = not path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, data)
+            if written != len(data):
+                raise OSError(f"short write to {path} ({written} of {len(data)} bytes)")
+        except OSError:
+            os.ftruncate(fd, size)  # no half line: the file must stay one entry a line
+            raise
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        ownership.fsync_dir(path.parent)

@@ -1,0 +1,371 @@
+"""Poison rows: a row ClickHouse refuses for its data goes to the quarantine, every other
+acknowledged row lands exactly once, and later segments are not held up.
+
+A real spool on disk and real chDB. Bad rows are written into the spool directly (the
+ingest path no longer makes any) and ClickHouse refuses them itself; failures that are
+not ClickHouse's answer to the data (an outage, a crash) are injected through the
+writer's ``insert``, as in test_ingest_spool_failures.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import falcon.testing
+import orjson
+import pytest
+from clickhouse_connect.driver.exceptions import DatabaseError
+
+from errortrack.app import create_app
+from errortrack.ingest.items import ItemContext
+from errortrack.issues.events import handle_event
+from errortrack.issues.grouping import GroupingHook
+from errortrack.spool import quarantine
+from errortrack.spool.quarantine import Quarantine
+from errortrack.spool.segments import Spool
+from errortrack.spool.writer import Writer, clickhouse_insert
+from tests.ingest_support import make_project, query_data_dir
+from tests.support import errortrack, scratch_database, server_env
+
+POISON = "poison"
+
+
+class _Crash(BaseException):
+    """The process dies here: not an ``Exception``, so the writer does not retry it."""
+
+
+def _log_line(pid: int, body: str, **changes: object) -> bytes:
+    row = {
+        "project_id": pid,
+        "timestamp": 1795313283.5,
+        "ingested_at": 1795313284.0,
+        "level": "info",
+        "severity_number": 9,
+        "body": body,
+        "trace_id": "",
+        "span_id": "",
+        "attributes": "{}",
+        "attr_string": {},
+        "attr_int": {},
+        "attr_float": {},
+        "attr_bool": {},
+        "retention_days": 90,
+        **changes,
+    }
+    return orjson.dumps(row) + b"\n"
+
+
+def _poison_line(pid: int) -> bytes:
+    # Code 41 (CANNOT_PARSE_DATETIME): no DateTime64 can be read from it, ever.
+    return _log_line(pid, POISON, timestamp="not a time")
+
+
+def _segment(spool: Spool, lines: list[bytes], table: str = "logs") -> Path:
+    spool.append({table: b"".join(lines)}, len(lines))
+    spool.seal()
+    return spool.sealed()[-1]
+
+
+def _good(pid: int, name: str, n: int) -> tuple[list[str], list[bytes]]:
+    bodies = [f"{name}-{i}" for i in range(n)]
+    return bodies, [_log_line(pid, b) for b in bodies]
+
+
+def _open_spool(root: Path) -> Spool:
+    spool = Spool(root, max_bytes=10**9, batch_rows=10**6)
+    spool.open()
+    return spool
+
+
+def _counts(clickhouse, pid: int) -> dict[str, int]:
+    return dict(
+        clickhouse.query_rows(
+            "SELECT body, count() FROM logs WHERE project_id = {p:UInt64} GROUP BY body",
+            parameters={"p": pid},
+        )
+    )
+
+
+def _wait(predicate, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError("timed out")
+
+
+def _drive(writer: Writer, attempts: int = 100) -> None:
+    """The writer thread's loop (``Writer._run``) in this thread, without its sleeps; an
+    injected ``_Crash`` ends it as a crash ends the process."""
+    writer.spool.seal()
+    for _ in range(attempts):
+        try:
+            if not writer.step() and writer.spool.pending() == 0:
+                return
+        except Exception:
+            writer.failures += 1
+    raise AssertionError(f"the spool never drained ({writer.spool.pending()} segments left)")
+
+
+def _is_part(token: str) -> bool:
+    return token.count(":") == 2  # <segment>:<table>:<lo>-<hi>, not <segment>:<table>
+
+
+def _rows_of(token: str) -> int:
+    lo, hi = token.rsplit(":", 1)[1].split("-")
+    return int(hi) - int(lo)
+
+
+def test_a_poison_row_is_quarantined_and_blocks_nothing(state, clickhouse):
+    with state.sessions() as session:
+        pid, _ = make_project(session)
+    spool = _open_spool(state.settings.spool_dir)
+    first, lines = _good(pid, "first", 120)
+    lines.insert(37, _poison_line(pid))
+    poisoned = _segment(spool, lines)
+    later = []
+    for name in ("second", "third"):
+        bodies, more = _good(pid, name, 30)
+        _segment(spool, more)
+        later += bodies
+    writer = Writer(spool, clickhouse_insert(clickhouse), quarantine_after=3, backoff=(0.01, 0.05))
+    writer.start()
+    try:
+        _wait(lambda: spool.pending() == 0)
+    finally:
+        writer.stop()
+
+    assert _counts(clickhouse, pid) == dict.fromkeys(first + later, 1)
+    [entry] = writer.quarantine.entries("logs")
+    assert writer.quarantine.file("logs") == state.settings.spool_dir / "quarantine/logs.jsonl"
+    assert entry["table"] == "logs"
+    assert entry["id"] == f"{poisoned.stem}:logs:37"
+    assert entry["row"].encode() + b"\n" == _poison_line(pid)
+    assert "Code: 41." in entry["error"]
+    assert writer.quarantined == 1
+    assert sorted(p.name for p in spool.dir.iterdir()) == ["lock"]  # segments and marker gone
+    ready = falcon.testing.TestClient(create_app(state=state)).simulate_get("/readyz")
+    assert ready.status_code == 200, ready.text
+    assert ready.json["quarantined_rows"] == 1
+
+
+def test_a_transient_error_while_bisecting_quarantines_no_good_row(state, clickhouse):
+    pid = 7
+    spool = _open_spool(state.settings.spool_dir)
+    bodies, lines = _good(pid, "row", 20)
+    lines.insert(6, _poison_line(pid))
+    _segment(spool, lines)
+    real = clickhouse_insert(clickhouse)
+    outage = threading.Event()
+    outage.set()
+    refused: list[str] = []
+
+    def flaky(table, data, token):
+        # Single rows are where a transient error taken for a data error would send a
+        # good row to the quarantine; halves of good rows go in meanwhile.
+        if _is_part(token) and _rows_of(token) == 1 and outage.is_set():
+            refused.append(token)
+            raise DatabaseError("Code: 241. DB::Exception: (MEMORY_LIMIT_EXCEEDED)", code=241)
+        real(table, data, token)
+
+    writer = Writer(spool, flaky, quarantine_after=2, backoff=(0.01, 0.03))
+    writer.start()
+    try:
+        _wait(lambda: len(refused) >= 6)
+        assert writer.quarantine.entries("logs") == []
+        assert writer.failures > 0 and spool.pending() == 1
+        assert POISON not in _counts(clickhouse, pid)
+        outage.clear()
+        _wait(lambda: spool.pending() == 0)
+    finally:
+        writer.stop()
+
+    assert _counts(clickhouse, pid) == dict.fromkeys(bodies, 1)
+    [entry] = writer.quarantine.entries("logs")
+    assert POISON in entry["row"] and "Code: 41." in entry["error"]
+
+
+def test_a_crash_mid_bisection_then_a_new_writer_lands_each_row_once(state, clickhouse):
+    pid = 8
+    root = state.settings.spool_dir
+    first = _open_spool(root)
+    bodies, lines = _good(pid, "row", 64)
+    lines.insert(40, _poison_line(pid))
+    poisoned = _segment(first, lines)
+    later, more = _good(pid, "later", 10)
+    _segment(first, more)
+    real = clickhouse_insert(clickhouse)
+    parts_in: list[str] = []
+
+    def crashing(table, data, token):
+        if _is_part(token) and len(parts_in) == 3:
+            raise _Crash
+        real(table, data, token)
+        if _is_part(token):
+            parts_in.append(token)
+
+    with pytest.raises(_Crash):
+        _drive(Writer(first, crashing, quarantine_after=2))
+    landed = sum(_counts(clickhouse, pid).values())
+    assert 0 < landed < len(bodies)  # died halfway through the bisection
+    first.close()  # the process is gone; its segments and the marker stay
+
+    second = _open_spool(root)  # adopts them
+    sent: list[str] = []
+
+    def recording(table, data, token):
+        sent.append(token)
+        real(table, data, token)
+
+    writer = Writer(second, recording, quarantine_after=2)
+    _drive(writer)
+    second.close()
+
+    assert _counts(clickhouse, pid) == dict.fromkeys(bodies + later, 1)
+    assert f"{poisoned.stem}:logs" not in sent  # resumed by parts, never sent whole again
+    [entry] = writer.quarantine.entries("logs")
+    assert entry["id"] == f"{poisoned.stem}:logs:40"
+
+
+def test_a_replay_never_sends_rows_refused_together_together_again(state, clickhouse):
+    # A data error that goes away (a column type fixed by a migration, say): after a crash
+    # mid-bisection, rows refused together before would now go in together, over those
+    # of their parts already in; the marker's journal makes the replay split them again.
+    pid = 9
+    root = state.settings.spool_dir
+    first = _open_spool(root)
+    bodies, lines = _good(pid, "row", 40)
+    segment = _segment(first, lines)
+    real = clickhouse_insert(clickhouse)
+    refused = {f"{segment.stem}:logs", f"{segment.stem}:logs:20-40"}
+    parts_in: list[str] = []
+
+    def refusing_then_crashing(table, data, token):
+        if token in refused:
+            raise DatabaseError("Code: 27. DB::Exception: Cannot parse input", code=27)
+        if len(parts_in) == 2:  # rows 0-19, then 20-29 are in; 30-39 would be next
+            raise _Crash
+        real(table, data, token)
+        parts_in.append(token)
+
+    with pytest.raises(_Crash):
+        _drive(Writer(first, refusing_then_crashing, quarantine_after=2))
+    assert sum(_counts(clickhouse, pid).values()) == 30
+    first.close()
+
+    second = _open_spool(root)
+    writer = Writer(second, real, quarantine_after=2)
+    _drive(writer)
+    second.close()
+
+    assert _counts(clickhouse, pid) == dict.fromkeys(bodies, 1)
+    assert writer.quarantine.entries("logs") == []
+
+
+def _event_lines(pid: int, types: list[str]) -> list[bytes]:
+    t0 = 1_795_313_283.0
+    lines = []
+    for n, type_ in enumerate(types):
+        event = {
+            "exception": {"values": [{"type": type_, "value": "boom"}]},
+            "timestamp": t0 + n,
+        }
+        ctx = ItemContext(pid, _utc(t0 + n), 30, {})
+        [row] = handle_event(orjson.dumps(event), {}, ctx).events
+        lines.append(orjson.dumps(row) + b"\n")
+    return lines
+
+
+def _utc(ts: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ts, dt.UTC)
+
+
+def test_bisected_events_get_their_issues_and_are_counted_once(state, clickhouse):
+    with state.sessions() as session:
+        pid, _ = make_project(session)
+    spool = _open_spool(state.settings.spool_dir)
+    types = ["KeyError", "ValueError"] * 6
+    lines = _event_lines(pid, types)
+    # The grouping hook does not read received_at; ClickHouse refuses it (407).
+    bad = orjson.loads(lines[3])
+    lines[3] = orjson.dumps({**bad, "received_at": 1e30}) + b"\n"
+    _segment(spool, lines, table="events")
+    hook = GroupingHook(state.sessions, store=clickhouse, clock=state.clock)
+    sent: list[str] = []
+    real = clickhouse_insert(clickhouse)
+
+    def recording(table, data, token):
+        sent.append(token)
+        real(table, data, token)
+
+    writer = Writer(spool, recording, hooks={"events": hook}, quarantine_after=2)
+    _drive(writer)
+
+    assert any(_is_part(t) for t in sent)
+    stored = clickhouse.query_rows(
+        "SELECT toString(event_id), issue_id FROM events WHERE project_id = {p:UInt64}",
+        parameters={"p": pid},
+    )
+    assert len(stored) == len(lines) - 1
+    assert len({event_id for event_id, _ in stored}) == len(stored)
+    assert bad["event_id"] not in {event_id for event_id, _ in stored}
+    with state.engine.connect() as conn:
+        issues = dict(conn.exec_driver_sql("SELECT id, event_count FROM issues").all())
+    assert {issue_id for _, issue_id in stored} == set(issues)
+    # Counted when the hook took the whole batch, before its insert failed (the poison
+    # event too); the parts are replays of that batch for the hook: nothing counts twice.
+    assert sorted(issues.values()) == [6, 6]
+    assert sorted(Counter(issue_id for _, issue_id in stored).values()) == [5, 6]
+    [entry] = writer.quarantine.entries("events")
+    assert entry["id"].endswith(":events:3") and "Code: 407." in entry["error"]
+
+
+def test_every_data_error_code_is_named_as_the_clickhouse_in_use_names_it(clickhouse):
+    names = dict(
+        clickhouse.query_rows(
+            "SELECT c, errorCodeToName(c) FROM (SELECT arrayJoin({codes:Array(Int32)}) AS c)",
+            parameters={"codes": sorted(quarantine.DATA_ERRORS)},
+        )
+    )
+    assert names == quarantine.DATA_ERRORS
+
+
+def test_requeue_inserts_the_rows_now_accepted_once_and_keeps_the_rest(tmp_path):
+    # The command as operators run it: a real process on a stopped server's data dir.
+    data = tmp_path / "data"
+    with scratch_database(tmp_path) as url:
+        env = server_env(data, url)
+        assert errortrack("migrate", env=env).returncode == 0
+        kept = Quarantine(quarantine.directory(data / "spool"))
+        # Refused once (say, before a migration widened a column), fine now:
+        kept.add("logs", "s:logs:3", "s:logs", _log_line(5, "fixed").rstrip(), "Code: 41.")
+        kept.add("logs", "s:logs:4", "s:logs", _poison_line(5).rstrip(), "Code: 41.")
+
+        first = errortrack("spool", "requeue", env=env)
+        assert first.returncode == 1, first.stderr
+        assert first.stdout == "logs: 1 re-inserted, 1 still refused\n"
+        [entry] = kept.entries("logs")
+        assert entry["id"] == "s:logs:4" and "Code: 41." in entry["error"]
+
+        # The same row requeued again (a crash before the file was rewritten) is a repeat.
+        again = Quarantine(kept.path)  # a new process: it reads the ids from the file
+        assert again.add("logs", "s:logs:3", "s:logs", _log_line(5, "fixed").rstrip(), "e")
+        second = errortrack("spool", "requeue", env=env)
+        assert second.stdout == "logs: 1 re-inserted, 1 still refused\n"
+        rows = query_data_dir(data, "SELECT body, count() AS n FROM logs GROUP BY body")
+        assert rows == [{"body": "fixed", "n": 1}]
+
+        with (data / "serve.lock").open("a") as lock:  # a server holds the data dir
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            served = errortrack("spool", "requeue", env=env)
+        assert served.returncode == 1 and "stop it, then requeue" in served.stderr
+
+        kept.requeue("logs", lambda entry: None)  # the operator drops what is left
+        done = errortrack("spool", "requeue", env=env)
+        assert (done.returncode, done.stdout) == (0, "quarantine: empty\n")
