@@ -59,7 +59,12 @@ def test_serve_on_embedded_default_and_a_second_serve_fails_cleanly(tmp_path):
 
             ready = httpx.get(f"{server.url}/readyz")
             assert ready.status_code == 200
-            assert ready.json() == {"status": "ok", "relational": "ok", "clickhouse": "ok"}
+            assert ready.json() == {
+                "status": "ok",
+                "relational": "ok",
+                "clickhouse": "ok",
+                "quarantined_rows": 0,
+            }
 
             second = errortrack("serve", "--port", "1", env=env, timeout=60)
             assert second.returncode == 1

@@ -40,7 +40,9 @@ CASES = {
     "attributes 900 deep": _attr(_nested(900), b"array"),
     "empty key": b'{"body":"a","attributes":{"":{"value":"x","type":"string"}}}',
     "nul characters": _attr(b'"\\u0000\\u0001"', b"string").replace(b'"a"', b'"\\u0000"'),
-    "negative zero": b'{"body":"a","timestamp":-0.0,"attributes":{"d":{"value":-0.0,"type":"double"}}}',
+    # No -0.0 timestamp here: it is stored as 1970-01-01, long past any retention, so a
+    # TTL merge may drop the row before the count (the time itself: test_log_rows.py).
+    "negative zero": b'{"body":"a","attributes":{"d":{"value":-0.0,"type":"double"}}}',
 }
 
 

@@ -101,6 +101,18 @@ def test_times_ids_and_retention():
     assert (a["project_id"], a["retention_days"]) == (7, 30)
 
 
+def test_times_a_column_holds_are_kept_however_old_and_others_get_the_arrival_time():
+    # 1970 is storable (retention then drops it: a log's age counts from its own time);
+    # past 2106 or before 1970 no DateTime holds it (timestamps.storable).
+    zero, early, late = rows(
+        {"body": "a", "timestamp": -0.0},
+        {"body": "b", "timestamp": -1},
+        {"body": "c", "timestamp": 1e30},
+    )
+    assert zero["timestamp"] == 0
+    assert early["timestamp"] == late["timestamp"] == CTX.received_at.timestamp()
+
+
 def test_attributes_are_the_bytes_as_sent():
     # Not re-encoded: spaces, escapes and number forms stay as the SDK wrote them.
     attrs = b'{"u": {"value": "caf\\u00e9 \\"q\\"", "type": "string"}, "n": {"value": 1.50, "type": "double"}}'
