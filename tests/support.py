@@ -21,10 +21,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class FrozenClock:
-    """An injectable clock: tests move time instead of sleeping."""
+    """An injectable clock: tests move time instead of sleeping.
+
+    It starts at the real time (to the second), not at a fixed day: ClickHouse's TTLs run
+    on the real clock and would drop rows dated at a fixed day once their retention had
+    passed, and ingest moves a log dated more than 30 days from its arrival to it."""
 
     def __init__(self, now: dt.datetime | None = None) -> None:
-        self.now = now or dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
+        self.now = now or dt.datetime.now(dt.UTC).replace(microsecond=0)
 
     def __call__(self) -> dt.datetime:
         return self.now

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import time
 
 import falcon.testing
 import orjson
@@ -12,7 +14,18 @@ from errortrack.ingest import runtime
 from errortrack.ingest.items import DROPPED
 from errortrack.server import create_server_app
 from tests.ingest_support import ENCODERS, log_envelope, make_project, sentry_auth
-from tests.support import FrozenClock
+
+# Real time, not the frozen clock's fixed day: a log dated outside Sentry's window (30 days
+# past, 60 s future) gets its arrival time, and ClickHouse's TTL, which runs on the real
+# clock, drops rows a fixed day old once their retention is over (7 days below).
+NOW = int(time.time())
+T = NOW - 60 + 0.1752334  # the logs' own time, a minute before they arrive
+T_US = (NOW - 60) * 1_000_000 + 175233
+
+
+@pytest.fixture(autouse=True)
+def _arrive_now(clock):
+    clock.now = dt.datetime.fromtimestamp(NOW, dt.UTC)
 
 
 def _logs(clickhouse, project_id):
@@ -32,7 +45,7 @@ def _post(client, project_id, body, headers=None, *, path="envelope/", query=Non
 
 def _log(body, level="info", **extra):
     return {
-        "timestamp": 1795313283.1752334,
+        "timestamp": T,
         "level": level,
         "body": body,
         "trace_id": "e5b61031519245ccaea3fd1be4e59ce7",
@@ -80,8 +93,8 @@ def test_logs_reach_clickhouse_with_the_seed_rules(state, ingest_client, project
     )
     assert rows["outside"][1:5] == ("notice", None, "", "")
     assert rows["outside"][6] == 90
-    assert rows["outside"][7] == 1795313283175233
-    assert rows["outside"][8] == int(FrozenClock().now.timestamp() * 1_000_000)
+    assert rows["outside"][7] == T_US
+    assert rows["outside"][8] == NOW * 1_000_000
     typed = clickhouse.query_rows(
         "SELECT attr_int, attr_bool, attr_float, attr_string FROM logs WHERE body = 'in span'"
     )
@@ -134,8 +147,8 @@ def test_attributes_written_otherwise_are_stored_verbatim_and_insert(
         b' "huge_i": {"value": 123456789012345678901234567890, "type": "integer"},'
         b' "huge_d": {"value": 123456789012345678901234567890, "type": "double"}}'
     )
-    one_line = b'{"items":[{"timestamp":1795313283.5,"level":"info","body":"flat","attributes":'
-    pretty = b'{\n "items": [\n  {"timestamp": 1795313284.5, "level": "info", "body": "pretty",'
+    one_line = b'{"items":[{"timestamp":%d.5,"level":"info","body":"flat","attributes":' % NOW
+    pretty = b'{\n "items": [\n  {"timestamp": %d.5, "level": "info", "body": "pretty",' % (NOW + 1)
     items = [one_line + attrs + b"}]}", pretty + b'\n   "attributes": ' + attrs + b"}]}"]
     body = b"{}\n" + b"".join(
         orjson.dumps({"type": "log", "length": len(item)}) + b"\n" + item + b"\n" for item in items
@@ -209,7 +222,7 @@ def test_timestamps_no_column_can_hold_do_not_stop_the_writer(
         )
     )
     received = round(now * 1e6)
-    assert stored == {"absurd": received, "before 1970": received, "ok": 1795313283175233}
+    assert stored == {"absurd": received, "before 1970": received, "ok": T_US}
     spans_stored = clickhouse.query_rows(
         "SELECT span_id, toUnixTimestamp64Micro(start_timestamp), duration_us FROM spans "
         "WHERE project_id = {p:UInt64} ORDER BY span_id",

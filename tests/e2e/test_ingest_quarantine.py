@@ -33,6 +33,8 @@ from tests.ingest_support import make_project, query_data_dir
 from tests.support import errortrack, scratch_database, server_env
 
 POISON = "poison"
+# The rows' time: now, not a fixed day, as ClickHouse's TTL runs on the real clock.
+NOW = float(int(time.time()))
 
 
 class _Crash(BaseException):
@@ -42,8 +44,8 @@ class _Crash(BaseException):
 def _log_line(pid: int, body: str, **changes: object) -> bytes:
     row = {
         "project_id": pid,
-        "timestamp": 1795313283.5,
-        "ingested_at": 1795313284.0,
+        "timestamp": NOW,
+        "ingested_at": NOW + 0.5,
         "level": "info",
         "severity_number": 9,
         "body": body,

@@ -21,12 +21,12 @@ def world(state, client):
 
 
 def _ingest(world, pid, key, bodies):
-    logs = [
-        # Real time, not the frozen clock: ClickHouse's TTL would drop a 7-day row from
-        # the frozen date as soon as the real date is a week past it.
-        {"timestamp": dt.datetime.now(dt.UTC).timestamp(), "level": "info", "body": b}
-        for b in bodies
-    ]
+    # Real time, for the logs and their arrival: ClickHouse's TTL would drop a 7-day row
+    # from the frozen date as soon as the real date is a week past it, and a log dated
+    # outside Sentry's window around its arrival (30 days back) gets the arrival time.
+    now = dt.datetime.now(dt.UTC)
+    world.state.clock.now = now
+    logs = [{"timestamp": now.timestamp(), "level": "info", "body": b} for b in bodies]
     resp = world.client.simulate_post(
         f"/api/{pid}/envelope/", body=log_envelope(logs), headers=sentry_auth(key)
     )
