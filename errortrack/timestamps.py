@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-# Sentry's own window: an event dated too far from its arrival gets its arrival time, so
-# one SDK with a wrong clock cannot pin an issue's last-seen in the future.
+# Sentry's own window: an event, span or log dated too far from its arrival gets its
+# arrival time, so one SDK with a wrong clock cannot pin an issue's last-seen in the
+# future, nor keep logs past their retention (or lose them to the TTL at once).
 MAX_FUTURE = 60.0
 MAX_PAST = 30 * 86400.0
 # The times a row can carry: the tables' TTLs and the retention pass compute with

@@ -23,7 +23,7 @@ import msgspec
 
 from errortrack.errors import BadRequest
 from errortrack.ingest.envelope import container_items
-from errortrack.timestamps import storable
+from errortrack.timestamps import MAX_FUTURE, MAX_PAST
 
 if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
@@ -132,10 +132,13 @@ def _row(
     if type(level) is not str:
         level = ""
     timestamp = log.timestamp
-    # Missing, not a number, or a time no column can hold: the arrival time.
-    if type(timestamp) is float or type(timestamp) is int:
-        timestamp = storable(timestamp, received)
-    else:
+    # Missing, not a number, or outside Sentry's window around the arrival (Relay's rule
+    # for logs): the arrival time. A log from a clock years behind would otherwise be
+    # dropped by the TTL at once, one years ahead kept past its retention; and the window
+    # holds only times a DateTime column can (``timestamps.storable``).
+    if not (type(timestamp) is float or type(timestamp) is int) or not (
+        received - MAX_PAST <= timestamp <= received + MAX_FUTURE
+    ):
         timestamp = received
     body = log.body
     if type(body) is not str:
