@@ -28,6 +28,7 @@ import fcntl
 import json
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -155,7 +156,7 @@ class Quarantine:
             files = [p for p in self.path.iterdir() if p.suffix == ".jsonl"]
         except FileNotFoundError:
             return 0
-        return sum(p.read_bytes().count(b"\n") for p in files)
+        return sum(_lines(p) for p in files)
 
     def requeue(self, table: str, insert: Callable[[dict[str, Any]], None]) -> tuple[int, int]:
         """Hand every kept row of ``table`` to ``insert``; rows it raises for stay.
@@ -195,6 +196,34 @@ class Quarantine:
             yield
         finally:
             os.close(fd)
+
+
+# Per quarantine file: its first bytes, size and lines when last counted. The files only
+# grow between requeues, which replace or delete them, so a probe reads only what was
+# appended since the last one, not a file that a cause refusing every row could make
+# gigabytes. A replaced file starts with another entry (each names its segment), so its
+# first bytes tell it from the one counted before.
+_COUNTED: dict[Path, tuple[bytes, int, int]] = {}
+_COUNTED_LOCK = threading.Lock()
+
+
+def _lines(path: Path) -> int:
+    try:
+        with path.open("rb") as f:
+            head = f.read(256)
+            with _COUNTED_LOCK:
+                seen, size, lines = _COUNTED.get(path, (b"", 0, 0))
+            if not seen or head[: len(seen)] != seen or os.fstat(f.fileno()).st_size < size:
+                size = lines = 0
+            f.seek(size)
+            while chunk := f.read(1 << 20):
+                lines += chunk.count(b"\n")
+                size += len(chunk)
+    except FileNotFoundError:
+        return 0
+    with _COUNTED_LOCK:
+        _COUNTED[path] = (head, size, lines)
+    return lines
 
 
 def row_bytes(entry: dict[str, Any]) -> bytes:

@@ -146,3 +146,27 @@ def test_a_marker_left_without_its_segment_is_removed_at_start(tmp_path):
     second = _spool(tmp_path)
     assert list(second.dir.glob("*.bisect")) == [] and second.sealed() == []
     second.close()
+
+
+def test_the_count_reads_only_what_was_appended_and_follows_a_requeue(tmp_path):
+    kept = Quarantine(tmp_path)
+    for i in range(3):
+        kept.add("logs", f"s:logs:{i}", "s:logs", b"{}", "Code: 41.")
+    assert kept.count() == 3
+    # Blank out the second entry's newline behind the count's back: a count that reread
+    # the file would find one line less; one that reads only what was appended does not.
+    data = kept.file("logs").read_bytes()
+    second_end = data.index(b"\n", data.index(b"\n") + 1)
+    with kept.file("logs").open("r+b") as f:
+        f.seek(second_end)
+        f.write(b" ")
+    kept.add("logs", "s:logs:3", "s:logs", b"{}", "Code: 41.")
+    assert kept.count() == 4
+    assert Quarantine(tmp_path).count() == 4  # the same process: the same counts
+    # A requeue replaces the file, which is counted afresh, also when a new one is longer.
+    kept.requeue("logs", lambda e: None)
+    assert kept.count() == 1  # the damaged line stays, unreadable (see above)
+    kept.file("logs").unlink()
+    for i in range(6):
+        kept.add("logs", f"t:logs:{i}", "t:logs", b"{}", "Code: 41.")
+    assert kept.count() == 6
