@@ -133,6 +133,12 @@ class Quarantine:
         with self._locked():
             return row_id in self._known(table)
 
+    def held_from(self, table: str, batch: str) -> int:
+        """Rows of ``batch`` kept (row ids are ``<batch>:<row>``)."""
+        prefix = batch + ":"
+        with self._locked():
+            return sum(1 for row_id in self._known(table) if row_id.startswith(prefix))
+
     def _known(self, table: str) -> set[str]:
         ids = self._ids.get(table)
         if ids is None:

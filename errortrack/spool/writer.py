@@ -27,7 +27,12 @@ else is transient), the writer bisects that table's rows instead:
 - a row refused alone, and again on ``ALONE_RETRIES`` more tries, is appended to
   ``<spool dir>/quarantine/<table>.jsonl`` (fsync'd) and logged at ERROR, then the
   segment completes as usual. A transient error at any step raises: the writer backs
-  off and the replay resumes the bisection.
+  off and the replay resumes the bisection;
+- past ``quarantine_limit`` rows of one batch, a refused row is taken for a cause that
+  is not in the rows (a column changed under the writer, a setting lost): the writer
+  raises ``SystemicRefusal`` and retries as for any failure, so the rest stays in the
+  spool and goes in by halves once the cause is fixed, instead of going row by row into
+  a quarantine that ``requeue`` would empty one insert (one part) per row.
 
 A table with a hook gets it per part, with the whole batch's token: the hook already
 ran on the whole batch (it runs before the insert that failed), so for the grouping hook
@@ -72,6 +77,15 @@ INSERT_SETTINGS = {
 # Tries of a row alone after it first failed alone, before it is quarantined: a data
 # error is what ClickHouse said about these bytes, so more would not change the answer.
 ALONE_RETRIES = 2
+# Rows of one batch quarantined before the rest is taken for a systemic refusal. A poison
+# row is rare (a broken SDK, a bug); 100 of a 10k-row batch (1 %) is already a cause.
+QUARANTINE_LIMIT = 100
+
+
+class SystemicRefusal(Exception):
+    """More rows of a batch refused one by one than a poison row explains."""
+
+
 # Event rows end with this key (errortrack.issues.events.event_row). Keys before it hold
 # scalars, and a JSON string holds no unescaped quote, so its first match is the key.
 _PAYLOAD_KEY = b',"payload":'
@@ -100,6 +114,7 @@ class Writer:
         hooks: Mapping[str, Hook] | None = None,
         backoff: tuple[float, float] = (0.2, 5.0),
         quarantine_after: int = 5,
+        quarantine_limit: int = QUARANTINE_LIMIT,
     ) -> None:
         self.spool = spool
         self.insert = insert
@@ -107,6 +122,7 @@ class Writer:
         self.hooks = dict(hooks or {})
         self.backoff = backoff
         self.quarantine_after = quarantine_after
+        self.quarantine_limit = quarantine_limit
         self.quarantine = quarantine.Quarantine(quarantine.directory(spool.root))
         self.failures = 0  # consecutive failed attempts; exposed for tests and logs
         self.quarantined = 0  # rows this writer moved to the quarantine
@@ -215,6 +231,10 @@ class Writer:
             return
         mid = (lo + hi) // 2
         for a, b in ((lo, mid), (mid, hi)):
+            if b - a == 1 and self.quarantine.holds(batch.table, f"{batch.token}:{a}"):
+                # Kept on an earlier round (before a crash or a systemic stop): it stays
+                # in one place, even if it would go in now (``requeue`` puts it in).
+                continue
             if (a, b) in batch.split:
                 self._split(batch, a, b)  # refused before a crash: parts may be in
             elif self._try(batch, a, b) is not None:
@@ -232,6 +252,13 @@ class Writer:
             error = self._try(batch, i, i + 1)
             if error is None:
                 return
+        if self.quarantine.held_from(batch.table, batch.token) >= self.quarantine_limit:
+            why = (
+                f"{batch.token}: {self.quarantine_limit} rows quarantined and more refused "
+                f"one by one; not the rows' fault, so retrying instead: {error}"
+            )
+            log.error("spool: %s", why)
+            raise SystemicRefusal(why)
         if self.quarantine.add(batch.table, row_id, batch.token, batch.lines[i], str(error)):
             self.quarantined += 1
             log.error("spool: quarantined row %s: %s", row_id, error)

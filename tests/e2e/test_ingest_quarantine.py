@@ -157,6 +157,47 @@ def test_a_poison_row_is_quarantined_and_blocks_nothing(state, clickhouse):
     assert ready.json["quarantined_rows"] == 1
 
 
+def test_a_cause_that_refuses_every_row_stops_the_quarantine_and_waits_for_a_fix(state, clickhouse):
+    """Past ``quarantine_limit`` rows of a batch, the writer takes the refusals for a cause
+    outside the rows: it retries instead of emptying the batch into the quarantine, and
+    once the cause is gone the rest goes in, exactly once, by halves."""
+    pid = 9
+    spool = _open_spool(state.settings.spool_dir)
+    # Every row refused while the "cause" lasts: a timestamp the column cannot parse,
+    # which the fix (a different insert, as after an upgrade) turns into a time.
+    bad = [_log_line(pid, f"row-{i}", timestamp="now") for i in range(40)]
+    _segment(spool, bad)
+    later, more = _good(pid, "later", 5)
+    _segment(spool, more)
+    real = clickhouse_insert(clickhouse)
+    fixed = threading.Event()
+    sizes: list[int] = []
+
+    def insert(table, data, token):
+        if fixed.is_set():
+            data = data.replace(b'"timestamp":"now"', b'"timestamp":%d' % NOW)
+            sizes.append(data.count(b"\n"))
+        real(table, data, token)
+
+    writer = Writer(spool, insert, quarantine_after=2, quarantine_limit=3, backoff=(0.01, 0.03))
+    writer.start()
+    try:
+        _wait(lambda: writer.failures >= 5 and len(writer.quarantine.entries("logs")) == 3)
+        time.sleep(0.2)  # still three: it retries, it does not quarantine more
+        assert len(writer.quarantine.entries("logs")) == 3
+        assert spool.pending() == 2 and _counts(clickhouse, pid) == {}  # later waits too
+        fixed.set()
+        _wait(lambda: spool.pending() == 0)
+    finally:
+        writer.stop()
+
+    kept = {orjson.loads(e["row"])["body"] for e in writer.quarantine.entries("logs")}
+    assert len(kept) == 3
+    stored = [f"row-{i}" for i in range(40) if f"row-{i}" not in kept] + later
+    assert _counts(clickhouse, pid) == dict.fromkeys(stored, 1)
+    assert max(sizes) > 1  # by halves, not row by row
+
+
 def test_a_transient_error_while_bisecting_quarantines_no_good_row(state, clickhouse):
     pid = 7
     spool = _open_spool(state.settings.spool_dir)
