@@ -41,9 +41,13 @@ def parse(value: Any) -> float | None:
 def clamped(value: Any, received: float) -> float:
     """The SDK's time when it is plausible, else the server's arrival time."""
     ts = parse(value)
-    if ts is None or ts > received + MAX_FUTURE or ts < received - MAX_PAST:
-        return received
-    return ts
+    return ts if ts is not None and plausible(ts, received) else received
+
+
+def plausible(ts: float, received: float) -> bool:
+    """Whether ``ts`` lies in Sentry's window around the arrival (which only times a
+    DateTime can hold do, see ``storable``)."""
+    return received - MAX_PAST <= ts <= received + MAX_FUTURE
 
 
 def storable(ts: float, fallback: float) -> float:

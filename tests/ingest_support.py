@@ -52,6 +52,29 @@ def log_envelope(
     return orjson.dumps(header or {}) + b"\n" + orjson.dumps(item) + b"\n" + payload + b"\n"
 
 
+def spooled_log_line(project_id: int, body: str, at: float, **changes: Any) -> bytes:
+    """A logs row as the spool holds it (one JSONEachRow line), dated ``at`` (tests pass
+    now: ClickHouse's TTL runs on the real clock); ``changes`` override its columns."""
+    row = {
+        "project_id": project_id,
+        "timestamp": at,
+        "ingested_at": at + 0.5,
+        "level": "info",
+        "severity_number": 9,
+        "body": body,
+        "trace_id": "",
+        "span_id": "",
+        "attributes": "{}",
+        "attr_string": {},
+        "attr_int": {},
+        "attr_float": {},
+        "attr_bool": {},
+        "retention_days": 90,
+        **changes,
+    }
+    return orjson.dumps(row) + b"\n"
+
+
 def sentry_auth(key: str) -> dict[str, str]:
     return {"X-Sentry-Auth": f"Sentry sentry_key={key}, sentry_version=7, sentry_client=test/1.0"}
 

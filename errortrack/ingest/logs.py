@@ -23,7 +23,7 @@ import msgspec
 
 from errortrack.errors import BadRequest
 from errortrack.ingest.envelope import container_items
-from errortrack.timestamps import MAX_FUTURE, MAX_PAST
+from errortrack.timestamps import plausible
 
 if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
@@ -134,10 +134,10 @@ def _row(
     timestamp = log.timestamp
     # Missing, not a number, or outside Sentry's window around the arrival (Relay's rule
     # for logs): the arrival time. A log from a clock years behind would otherwise be
-    # dropped by the TTL at once, one years ahead kept past its retention; and the window
-    # holds only times a DateTime column can (``timestamps.storable``).
-    if not (type(timestamp) is float or type(timestamp) is int) or not (
-        received - MAX_PAST <= timestamp <= received + MAX_FUTURE
+    # dropped by the TTL at once, one years ahead kept past its retention. Not
+    # timestamps.clamped: logs take numbers only (an ISO string has always meant none).
+    if not (type(timestamp) is float or type(timestamp) is int) or not plausible(
+        timestamp, received
     ):
         timestamp = received
     body = log.body

@@ -74,8 +74,8 @@ INSERT_SETTINGS = {
     # ClickHouse 23; said here because the stored bytes depend on it).
     "input_format_json_read_objects_as_strings": 1,
 }
-# Tries of a row alone after it first failed alone, before it is quarantined: a data
-# error is what ClickHouse said about these bytes, so more would not change the answer.
+# Tries of a row alone after its first one, before it is quarantined: a data error is
+# what ClickHouse said about these bytes, so more would not change the answer.
 ALONE_RETRIES = 2
 # Rows of one batch quarantined before the rest is taken for a systemic refusal. A poison
 # row is rare (a broken SDK, a bug); 100 of a 10k-row batch (1 %) is already a cause.
@@ -222,33 +222,32 @@ class Writer:
         if not lines[-1]:
             lines.pop()
         batch = _Batch(path, table, lines, self.spool.splits(path, table))
-        self._split(batch, 0, len(lines))
+        if len(lines) == 1:
+            self._alone(batch, 0)
+        else:
+            self._split(batch, 0, len(lines))
 
     def _split(self, batch: _Batch, lo: int, hi: int) -> None:
-        """Insert rows ``lo..hi-1``, refused together, in halves."""
-        if hi - lo == 1:
-            self._alone(batch, lo)
-            return
+        """Insert rows ``lo..hi-1`` (two or more), refused together, in halves."""
         mid = (lo + hi) // 2
         for a, b in ((lo, mid), (mid, hi)):
-            if b - a == 1 and self.quarantine.holds(batch.table, f"{batch.token}:{a}"):
-                # Kept on an earlier round (before a crash or a systemic stop): it stays
-                # in one place, even if it would go in now (``requeue`` puts it in).
-                continue
-            if (a, b) in batch.split:
+            if b - a == 1:
+                self._alone(batch, a)
+            elif (a, b) in batch.split:
                 self._split(batch, a, b)  # refused before a crash: parts may be in
             elif self._try(batch, a, b) is not None:
-                if b - a > 1:
-                    self.spool.record_split(batch.path, batch.table, a, b)
-                    batch.split.add((a, b))
+                self.spool.record_split(batch.path, batch.table, a, b)
+                batch.split.add((a, b))
                 self._split(batch, a, b)
 
     def _alone(self, batch: _Batch, i: int) -> None:
         row_id = f"{batch.token}:{i}"
         if self.quarantine.holds(batch.table, row_id):
-            return  # quarantined before a crash: the row stays in one place
+            # Kept on an earlier round (before a crash or a systemic stop): it stays in
+            # one place, even if it would go in now (``requeue`` puts it in).
+            return
         error: Exception | None = None
-        for _ in range(ALONE_RETRIES):
+        for _ in range(1 + ALONE_RETRIES):
             error = self._try(batch, i, i + 1)
             if error is None:
                 return

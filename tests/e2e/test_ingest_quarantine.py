@@ -29,7 +29,7 @@ from errortrack.spool import quarantine
 from errortrack.spool.quarantine import Quarantine
 from errortrack.spool.segments import Spool
 from errortrack.spool.writer import Writer, clickhouse_insert
-from tests.ingest_support import make_project, query_data_dir
+from tests.ingest_support import make_project, query_data_dir, spooled_log_line
 from tests.support import errortrack, scratch_database, server_env
 
 POISON = "poison"
@@ -42,24 +42,7 @@ class _Crash(BaseException):
 
 
 def _log_line(pid: int, body: str, **changes: object) -> bytes:
-    row = {
-        "project_id": pid,
-        "timestamp": NOW,
-        "ingested_at": NOW + 0.5,
-        "level": "info",
-        "severity_number": 9,
-        "body": body,
-        "trace_id": "",
-        "span_id": "",
-        "attributes": "{}",
-        "attr_string": {},
-        "attr_int": {},
-        "attr_float": {},
-        "attr_bool": {},
-        "retention_days": 90,
-        **changes,
-    }
-    return orjson.dumps(row) + b"\n"
+    return spooled_log_line(pid, body, NOW, **changes)
 
 
 def _poison_line(pid: int) -> bytes:

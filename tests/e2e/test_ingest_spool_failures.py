@@ -11,14 +11,13 @@ import threading
 import time
 
 import falcon.testing
-import orjson
 
 from errortrack.ingest import runtime
 from errortrack.server import create_server_app
 from errortrack.spool.segments import Spool
 from errortrack.spool.writer import Writer, clickhouse_insert
 from errortrack.state import AppState
-from tests.ingest_support import log_envelope, make_project, sentry_auth
+from tests.ingest_support import log_envelope, make_project, sentry_auth, spooled_log_line
 
 
 def _log(body):
@@ -96,30 +95,9 @@ def test_crash_between_insert_and_delete_does_not_duplicate(state, clickhouse, t
     with state.sessions() as session:
         pid, _ = make_project(session)
 
-    from tests.ingest_support import log_envelope as _unused  # noqa: F401
-
+    now = time.time()
     rows = b"".join(
-        orjson.dumps(
-            {
-                "project_id": pid,
-                # Now, not a fixed day: ClickHouse's TTL runs on the real clock.
-                "timestamp": time.time(),
-                "id": f"00000000-0000-4000-8000-{i:012d}",
-                "ingested_at": time.time(),
-                "level": "info",
-                "severity_number": 9,
-                "body": f"once-{i}",
-                "trace_id": "",
-                "span_id": "",
-                "attributes": "{}",
-                "attr_string": {},
-                "attr_int": {},
-                "attr_float": {},
-                "attr_bool": {},
-                "retention_days": 90,
-            }
-        )
-        + b"\n"
+        spooled_log_line(pid, f"once-{i}", now, id=f"00000000-0000-4000-8000-{i:012d}")
         for i in range(50)
     )
     first = Spool(tmp_path / "spool", max_bytes=10**9, batch_rows=10**6)

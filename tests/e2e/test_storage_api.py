@@ -21,12 +21,10 @@ def world(state, client):
 
 
 def _ingest(world, pid, key, bodies):
-    # Real time, for the logs and their arrival: ClickHouse's TTL would drop a 7-day row
-    # from the frozen date as soon as the real date is a week past it, and a log dated
-    # outside Sentry's window around its arrival (30 days back) gets the arrival time.
-    now = dt.datetime.now(dt.UTC)
-    world.state.clock.now = now
-    logs = [{"timestamp": now.timestamp(), "level": "info", "body": b} for b in bodies]
+    # Dated at the frozen clock, which starts at the real time (tests/support.py): a fixed
+    # day would let ClickHouse's TTL drop a 7-day row once the real date is a week past it.
+    now = world.state.clock().timestamp()
+    logs = [{"timestamp": now, "level": "info", "body": b} for b in bodies]
     resp = world.client.simulate_post(
         f"/api/{pid}/envelope/", body=log_envelope(logs), headers=sentry_auth(key)
     )
