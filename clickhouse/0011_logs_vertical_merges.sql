@@ -1,0 +1,11 @@
+-- Merges of the logs table run column by column (the vertical algorithm) whatever their
+-- size. ClickHouse merges parts under 131,072 rows horizontally: every column stream of
+-- every source part is open at once, each with its own read and compression buffers,
+-- and a log row has ~20 streams (the attributes, four maps of keys and values, the
+-- indexes). Under a steady ingest of 10k-row inserts all merges are that small.
+-- Vertical merges read the sorting key first, then one column at a time. Measured with
+-- sustained 10k-row raw inserts (20 s, fresh directory, alternating, bench/RESULTS.md
+-- ninth session): peak anonymous memory 521-529 -> 380-398 MB, CPU per row 26.4-26.6 ->
+-- 24.6-25.8 us; with merge_max_block_size back at 8,192 the peak was 478-491 MB, so
+-- 0008's 2,048 stays.
+ALTER TABLE logs MODIFY SETTING vertical_merge_algorithm_min_rows_to_activate = 1, vertical_merge_algorithm_min_columns_to_activate = 1, vertical_merge_algorithm_min_bytes_to_activate = 0;
