@@ -7,9 +7,9 @@
 3. Half load: the same connections paced to half that rate; p50/p99 request latency.
 4. Stops the server, counts the rows in ClickHouse (must equal the acknowledged logs).
 5. In the same run, before the server starts and again after it stops, measures the raw
-   chDB insert rate of the same rows in the same format and batch size as the writer
-   (JSONEachRow, one raw insert per batch, the writer's insert settings), sustained for ``--raw-seconds`` into a fresh
-   directory (in a child process); end to end / raw uses the mean of the two.
+   chDB insert rate of the same rows in the same format, batch size and settings as the
+   writer (JSONEachRow, one raw insert per batch), sustained for ``--raw-seconds`` into a
+   fresh directory (in a child process); end to end / raw uses the mean of the two.
 
     TZ=UTC .venv/bin/python -m bench.ingest_logs [--seconds 20] [--connections 8]
 
