@@ -14,8 +14,17 @@ UNLABELED = "<unlabeled event>"
 
 
 def _clip(text: str, limit: int) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else ""
+    line = _storable(text).strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= limit else line[: limit - 1] + "\u2026"
+
+
+def _storable(text: str) -> str:
+    """NUL shown as U+FFFD. These strings become the issue's row in the relational store,
+    and PostgreSQL text cannot hold NUL: one event with a NUL in its exception or its
+    culprit failed the writer's grouping hook on every retry, which held back every
+    segment after it, logs included. The event's own row in ClickHouse gets the same
+    text, so that the two stores agree; its payload keeps what was sent."""
+    return text.replace("\x00", "\ufffd")
 
 
 def _formatted_message(event: dict[str, Any]) -> str:
@@ -63,4 +72,4 @@ def level(event: dict[str, Any]) -> str:
     value = raw.strip().lower()
     value = _LEVEL_ALIASES.get(value, value)
     # Unknown levels are kept (clipped to the column) rather than guessed at.
-    return value[:16]
+    return _storable(value)[:16]

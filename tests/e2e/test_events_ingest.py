@@ -3,6 +3,7 @@ into chDB (events, spans) and the relational store (issues)."""
 
 from pathlib import Path
 
+import orjson
 import sqlalchemy as sa
 
 from errortrack.models import Issue
@@ -83,6 +84,54 @@ def test_an_event_sent_again_is_stored_and_counted_once(state, ingest_client, pr
     )
     assert [n for _, n in rows] == [1, 1]
     assert [e.replace("-", "") for e, _ in rows] == [FIRST_ID, "b" * 32]
+
+
+def test_an_event_with_nul_characters_is_grouped_and_does_not_hold_up_the_spool(
+    state, ingest_client, project, clickhouse
+):
+    """PostgreSQL text cannot hold NUL. Such an event once failed the grouping hook on
+    every retry, and every segment after it (logs too) waited behind it; its issue now
+    shows U+FFFD where the event had NUL, and the event's payload keeps the NUL."""
+    pid, key = project
+    event = {
+        "event_id": "c" * 32,
+        "level": "err\u0000or",
+        "exception": {
+            "values": [
+                {
+                    "type": "Bad\u0000Error",
+                    "value": "nul \u0000 inside",
+                    "stacktrace": {"frames": [{"module": "app\u0000", "function": "f"}]},
+                }
+            ]
+        },
+    }
+    body = b"\n".join(
+        [orjson.dumps({"event_id": "c" * 32}), b'{"type":"event"}', orjson.dumps(event)]
+    )
+    resp = ingest_client.simulate_post(f"/api/{pid}/envelope/", body=body, headers=sentry_auth(key))
+    assert resp.status_code == 200, resp.text
+    # A log sent after it, in a later segment, is not held up either.
+    state.ingest.writer.drain()
+    post(ingest_client, pid, key, "python/0001_a_logs_no_span.envelope")
+    state.ingest.writer.drain()
+    [issue] = issues(state, pid).values()
+    assert (issue.title, issue.culprit, issue.level, issue.event_count) == (
+        "Bad\ufffdError: nul \ufffd inside",
+        "app\ufffd in f",
+        "err\ufffdor",
+        1,
+    )
+    [(title, culprit, level, payload)] = clickhouse.query_rows(
+        "SELECT title, culprit, level, payload FROM events WHERE project_id = {p:UInt64}",
+        parameters={"p": pid},
+    )
+    assert (title, culprit, level) == (issue.title, issue.culprit, issue.level)
+    assert orjson.loads(payload)["exception"]["values"][0]["type"] == "Bad\u0000Error"
+    [(logs,)] = clickhouse.query_rows(
+        "SELECT count() FROM logs WHERE project_id = {p:UInt64}", parameters={"p": pid}
+    )
+    assert logs > 0
 
 
 def test_transactions_and_spans_are_stored_with_parent_links(
