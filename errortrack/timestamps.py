@@ -15,6 +15,11 @@ MAX_PAST = 30 * 86400.0
 # beyond it (1e30) at insert, which failed the whole batch on every retry and so stopped
 # every later insert.
 MIN_STORABLE, MAX_STORABLE = 0.0, float(2**32 - 1)
+# Relay's clock drift correction: when the envelope's ``sent_at`` and the arrival differ
+# by at least this much, the sender's clock is taken to be off by the difference and
+# every time in the envelope is moved by it. Below it, the difference is network delay,
+# a retry from the SDK's queue or small drift, and nothing is moved (Relay's 55 minutes).
+MIN_CLOCK_DRIFT = 55 * 60.0
 
 
 def parse(value: Any) -> float | None:
@@ -38,10 +43,25 @@ def parse(value: Any) -> float | None:
     return None
 
 
-def clamped(value: Any, received: float) -> float:
-    """The SDK's time when it is plausible, else the server's arrival time."""
+def clamped(value: Any, received: float, drift: float = 0.0) -> float:
+    """The SDK's time, corrected by ``drift``, when it is plausible, else the server's
+    arrival time."""
     ts = parse(value)
-    return ts if ts is not None and plausible(ts, received) else received
+    if ts is None:
+        return received
+    ts += drift
+    return ts if plausible(ts, received) else received
+
+
+def drift(sent_at: Any, received: float) -> float:
+    """Seconds to add to every SDK time of an envelope: arrival minus the envelope's
+    ``sent_at`` when they differ by ``MIN_CLOCK_DRIFT`` or more (the sender's clock is
+    off), else 0. A missing or unreadable ``sent_at`` corrects nothing."""
+    sent = parse(sent_at) if isinstance(sent_at, str) else None
+    if sent is None:
+        return 0.0
+    difference = received - sent
+    return difference if abs(difference) >= MIN_CLOCK_DRIFT else 0.0
 
 
 def plausible(ts: float, received: float) -> bool:

@@ -56,6 +56,9 @@ class ItemContext:
     retention_days: int
     # The envelope's first line, parsed ({} for /store/ bodies).
     envelope_header: dict[str, Any]
+    # Seconds to add to the SDK's times: the sender's clock drift when its ``sent_at`` is
+    # far from the arrival (``timestamps.drift``), else 0.
+    drift: float = 0.0
 
 
 @dataclasses.dataclass

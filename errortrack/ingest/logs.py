@@ -102,11 +102,11 @@ def handle_log(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> Ite
     except _DECODE_ERRORS as exc:
         raise _why_not(payload, exc) from None
     received = ctx.received_at.timestamp()
-    pid, retention = ctx.project_id, ctx.retention_days
+    pid, retention, drift = ctx.project_id, ctx.retention_days, ctx.drift
     # The stored attributes are the bytes as sent, unless a pretty-printed item (which
     # needs a `length` header) put newlines in them: the spool's rows are one per line.
     verbatim = b"\n" not in payload
-    rows = [_row(log, i, pid, received, retention, verbatim) for i, log in enumerate(logs)]
+    rows = [_row(log, i, pid, received, retention, verbatim, drift) for i, log in enumerate(logs)]
     return ItemRows(log_lines=_ENCODER.encode_lines(rows), log_count=len(rows))
 
 
@@ -119,7 +119,13 @@ def _why_not(payload: bytes, exc: Exception) -> BadRequest:
 
 
 def _row(
-    log: _Log, index: int, project_id: int, received: float, retention: int, verbatim: bool
+    log: _Log,
+    index: int,
+    project_id: int,
+    received: float,
+    retention: int,
+    verbatim: bool,
+    drift: float,
 ) -> _Row:
     attributes = _attributes(log.attributes, index)
     if attributes is None:
@@ -132,13 +138,17 @@ def _row(
     if type(level) is not str:
         level = ""
     timestamp = log.timestamp
-    # Missing, not a number, or outside Sentry's window around the arrival (Relay's rule
-    # for logs): the arrival time. A log from a clock years behind would otherwise be
-    # dropped by the TTL at once, one years ahead kept past its retention. Not
-    # timestamps.clamped: logs take numbers only (an ISO string has always meant none).
-    if not (type(timestamp) is float or type(timestamp) is int) or not plausible(
-        timestamp, received
-    ):
+    # Moved by the sender's clock drift, if any (timestamps.drift). Then missing, not a
+    # number, or outside Sentry's window around the arrival (Relay's rule for logs): the
+    # arrival time. A log from a clock years behind would otherwise be dropped by the TTL
+    # at once, one years ahead kept past its retention. Not timestamps.clamped: logs take
+    # numbers only (an ISO string has always meant none).
+    if type(timestamp) is float or type(timestamp) is int:
+        if drift:
+            timestamp += drift
+        if not plausible(timestamp, received):
+            timestamp = received
+    else:
         timestamp = received
     body = log.body
     if type(body) is not str:

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from sqlalchemy.orm import Session
 
+from errortrack import timestamps
 from errortrack.errors import BadRequest, Unauthorized
 from errortrack.ingest import auth, envelope, items
 from errortrack.ingest.ratelimit import RateLimiter
@@ -60,7 +61,9 @@ class Ingest:
 
     def context(self, info: auth.KeyInfo, header: dict[str, Any]) -> items.ItemContext:
         retention = info.retention_days or self.default_retention_days
-        return items.ItemContext(info.project_id, self.clock(), retention, header)
+        now = self.clock()
+        drift = timestamps.drift(header.get("sent_at"), now.timestamp())
+        return items.ItemContext(info.project_id, now, retention, header, drift)
 
 
 def accept_envelope(

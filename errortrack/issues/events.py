@@ -82,7 +82,7 @@ def event_row(
     return {
         "project_id": ctx.project_id,
         "issue_id": 0,
-        "timestamp": timestamps.clamped(event.get("timestamp"), received),
+        "timestamp": timestamps.clamped(event.get("timestamp"), received, ctx.drift),
         "event_id": str(uuid.UUID(event_id)),
         "received_at": received,
         "level": summary.level(event),

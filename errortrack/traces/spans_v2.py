@@ -37,9 +37,9 @@ def rows(spans: list[Any], ctx: ItemContext) -> list[dict[str, Any]]:
     received = ctx.received_at.timestamp()
     starts = [timestamps.parse(s.get("start_timestamp")) for s in spans if isinstance(s, dict)]
     first = min((s for s in starts if s is not None), default=None)
-    # One shift for the whole item when the SDK's clock is implausible: spans keep their
-    # places relative to each other.
-    shift = 0.0 if first is None else timestamps.clamped(first, received) - first
+    # One shift for the whole item (the clock drift, or to the arrival when the SDK's
+    # clock is implausible): spans keep their places relative to each other.
+    shift = 0.0 if first is None else timestamps.clamped(first, received, ctx.drift) - first
     return [_row(span, i, ctx, received, shift) for i, span in enumerate(spans)]
 
 

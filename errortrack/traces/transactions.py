@@ -44,9 +44,10 @@ def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
     trace = _root_context(event)
     received = ctx.received_at.timestamp()
     start = timestamps.parse(event.get("start_timestamp"))
-    # Shift every span by the same amount when the SDK's clock is implausible, so that
-    # the spans keep their places relative to each other.
-    shift = 0.0 if start is None else timestamps.clamped(start, received) - start
+    # Shift every span by the same amount (the clock drift, or to the arrival when the
+    # SDK's clock is implausible), so that the spans keep their places relative to each
+    # other.
+    shift = 0.0 if start is None else timestamps.clamped(start, received, ctx.drift) - start
     start = received if start is None else start
     name = text(event, "transaction")
     common: dict[str, Any] = {

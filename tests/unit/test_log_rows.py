@@ -111,6 +111,26 @@ def test_times_outside_sentrys_window_get_the_arrival_time():
     assert got == [now - 30 * 86400, now + 60] + [now] * 5
 
 
+def test_a_drifting_clock_moves_every_log_by_the_drift():
+    now = CTX.received_at.timestamp()
+    day = 86400.0
+    behind = ItemContext(7, CTX.received_at, 30, {}, drift=day)
+    payload = orjson.dumps(
+        {
+            "version": 2,
+            "items": [
+                {"body": "a", "timestamp": now - day - 2.5},
+                {"body": "b", "timestamp": int(now - day)},
+                {"body": "c", "timestamp": now - 40 * day},  # implausible even then
+                {"body": "d"},
+            ],
+        }
+    )
+    lines = dispatch("log", payload, {"type": "log"}, behind).log_lines.splitlines()
+    got = [orjson.loads(line)["timestamp"] for line in lines]
+    assert got == [now - 2.5, int(now - day) + day, now, now]
+
+
 def test_attributes_are_the_bytes_as_sent():
     # Not re-encoded: spaces, escapes and number forms stay as the SDK wrote them.
     attrs = b'{"u": {"value": "caf\\u00e9 \\"q\\"", "type": "string"}, "n": {"value": 1.50, "type": "double"}}'

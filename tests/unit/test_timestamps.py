@@ -35,3 +35,37 @@ def test_clamped_keeps_plausible_times_and_replaces_the_rest():
     assert timestamps.clamped(T + 3600, T) == T
     assert timestamps.clamped(T - 40 * 86400, T) == T
     assert timestamps.clamped("garbage", T) == T
+
+
+def test_clamped_moves_by_the_drift_before_judging_the_time():
+    day = 86400.0
+    # A clock a day behind: its times, a day later, are plausible again.
+    assert timestamps.clamped(T - day - 5, T, drift=day) == T - 5
+    assert timestamps.clamped(T + day, T, drift=-day) == T
+    # Still implausible after the correction: the arrival time.
+    assert timestamps.clamped(T - 40 * day, T, drift=day) == T
+
+
+@pytest.mark.parametrize(
+    ("sent_at", "expected"),
+    [
+        # Relay's rule: 55 minutes or more apart, either way, is the sender's clock.
+        (T - 55 * 60, 55 * 60.0),
+        (T + 55 * 60, -55 * 60.0),
+        (T - 86400, 86400.0),
+        (T + 3 * 3600, -3 * 3600.0),
+        # Less is network delay, a queued retry or small drift: nothing is moved.
+        (T - 55 * 60 + 1, 0.0),
+        (T + 55 * 60 - 1, 0.0),
+        (T - 20, 0.0),
+    ],
+)
+def test_drift_is_the_difference_from_sent_at_when_it_is_large(sent_at, expected):
+    iso = dt.datetime.fromtimestamp(sent_at, dt.UTC).isoformat().replace("+00:00", "Z")
+    assert timestamps.drift(iso, T) == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("sent_at", [None, "", "not a time", T - 86400, {"t": 1}])
+def test_drift_needs_a_readable_sent_at_string(sent_at):
+    # SDKs send sent_at as an ISO string; anything else corrects nothing.
+    assert timestamps.drift(sent_at, T) == 0.0
