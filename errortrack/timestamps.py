@@ -44,13 +44,20 @@ def parse(value: Any) -> float | None:
 
 
 def clamped(value: Any, received: float, drift: float = 0.0) -> float:
-    """The SDK's time, corrected by ``drift``, when it is plausible, else the server's
-    arrival time."""
+    """The SDK's time (any form ``parse`` reads) through ``corrected``; the server's
+    arrival time when there is none."""
     ts = parse(value)
-    if ts is None:
-        return received
-    ts += drift
-    return ts if plausible(ts, received) else received
+    return received if ts is None else corrected(ts, received, drift)
+
+
+def corrected(ts: float, received: float, drift: float) -> float:
+    """``ts`` moved by the sender's clock ``drift`` when that lies in Sentry's window
+    around the arrival (which only times a DateTime can hold do, see ``storable``), else
+    the arrival time. The window is moved onto the sender's clock rather than ``ts`` onto
+    the server's: an integer too large for a float (a log dated 10**400) is compared
+    exactly, not added to."""
+    arrival = received - drift  # the arrival, on the sender's clock
+    return ts + drift if arrival - MAX_PAST <= ts <= arrival + MAX_FUTURE else received
 
 
 def drift(sent_at: Any, received: float) -> float:
@@ -62,12 +69,6 @@ def drift(sent_at: Any, received: float) -> float:
         return 0.0
     difference = received - sent
     return difference if abs(difference) >= MIN_CLOCK_DRIFT else 0.0
-
-
-def plausible(ts: float, received: float) -> bool:
-    """Whether ``ts`` lies in Sentry's window around the arrival (which only times a
-    DateTime can hold do, see ``storable``)."""
-    return received - MAX_PAST <= ts <= received + MAX_FUTURE
 
 
 def storable(ts: float, fallback: float) -> float:

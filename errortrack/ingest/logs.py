@@ -23,7 +23,7 @@ import msgspec
 
 from errortrack.errors import BadRequest
 from errortrack.ingest.envelope import container_items
-from errortrack.timestamps import plausible
+from errortrack.timestamps import corrected
 
 if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
@@ -138,16 +138,13 @@ def _row(
     if type(level) is not str:
         level = ""
     timestamp = log.timestamp
-    # Moved by the sender's clock drift, if any (timestamps.drift). Then missing, not a
-    # number, or outside Sentry's window around the arrival (Relay's rule for logs): the
-    # arrival time. A log from a clock years behind would otherwise be dropped by the TTL
-    # at once, one years ahead kept past its retention. Not timestamps.clamped: logs take
-    # numbers only (an ISO string has always meant none).
+    # Moved by the sender's clock drift, if any; missing, not a number, or outside
+    # Sentry's window around the arrival (Relay's rule for logs): the arrival time. A log
+    # from a clock years behind would otherwise be dropped by the TTL at once, one years
+    # ahead kept past its retention. Not timestamps.clamped: logs take numbers only (an
+    # ISO string has always meant none).
     if type(timestamp) is float or type(timestamp) is int:
-        if drift:
-            timestamp += drift
-        if not plausible(timestamp, received):
-            timestamp = received
+        timestamp = corrected(timestamp, received, drift)
     else:
         timestamp = received
     body = log.body

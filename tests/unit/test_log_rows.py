@@ -131,6 +131,15 @@ def test_a_drifting_clock_moves_every_log_by_the_drift():
     assert got == [now - 2.5, int(now - day) + day, now, now]
 
 
+def test_an_integer_too_large_for_a_float_with_a_drift_gets_the_arrival_time():
+    # The drift is not added to a time before it is known to be plausible: 10**400 + a
+    # float overflows, which answered the request with a 500.
+    behind = ItemContext(7, CTX.received_at, 30, {}, drift=86400.0)
+    payload = b'{"items":[{"body":"huge","timestamp":1' + b"0" * 400 + b"}]}"
+    [line] = dispatch("log", payload, {"type": "log"}, behind).log_lines.splitlines()
+    assert orjson.loads(line)["timestamp"] == CTX.received_at.timestamp()
+
+
 def test_attributes_are_the_bytes_as_sent():
     # Not re-encoded: spaces, escapes and number forms stay as the SDK wrote them.
     attrs = b'{"u": {"value": "caf\\u00e9 \\"q\\"", "type": "string"}, "n": {"value": 1.50, "type": "double"}}'
