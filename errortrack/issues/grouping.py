@@ -1,9 +1,14 @@
 """The writer's hook for the ``events`` table: fingerprint -> issue, counts per batch.
 
-The writer thread calls ``hook(rows, batch_token)`` before inserting a batch of event
-rows into ClickHouse and inserts what it returns. In ONE relational transaction the hook
+The writer thread calls ``hook(rows, batch_token, enclosing)`` before inserting a batch
+of event rows into ClickHouse and inserts what it returns. In ONE relational transaction
+the hook
 1. records the batch token (a replay of the same batch -- after a crash between this
-   commit and the ClickHouse insert -- finds it and adds no count twice);
+   commit and the ClickHouse insert -- finds it and adds no count twice). A part of a
+   batch the writer bisected (spool/writer.py) comes with the tokens of the ranges that
+   held it (``enclosing``): when one of those was recorded, the part's rows were counted
+   with it and the part is a replay; when none was (the hook refused the larger range),
+   they are new;
 2. resolves each (project, fingerprint) to an issue id: from an in-memory cache, else
    by one SELECT per project, creating the issues that do not exist yet;
 3. drops events already stored (an SDK resending an event it saw fail, or a segment
@@ -18,6 +23,7 @@ commit, so a rolled-back transaction never leaves ids of issues that do not exis
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -51,12 +57,14 @@ class GroupingHook:
         self._cache: dict[Key, int] = {}
         self._calls = 0
 
-    def __call__(self, rows: list[dict[str, Any]], batch_token: str) -> list[dict[str, Any]]:
+    def __call__(
+        self, rows: list[dict[str, Any]], batch_token: str, enclosing: Sequence[str] = ()
+    ) -> list[dict[str, Any]]:
         rows = _first_of_each_event(rows)
         if not rows:
             return rows
         with unit_of_work(self.sessions) as session:
-            ids, stored = self._group_in(session, rows, batch_token)
+            ids, stored = self._group_in(session, rows, batch_token, enclosing)
         self._remember(ids)
         kept = []
         for row in rows:
@@ -72,11 +80,11 @@ class GroupingHook:
         self._cache.pop(key, None)
 
     def _group_in(
-        self, session: Session, rows: list[dict[str, Any]], token: str
+        self, session: Session, rows: list[dict[str, Any]], token: str, enclosing: Sequence[str]
     ) -> tuple[dict[Key, int], set[tuple[int, str]]]:
         """Issue ids by key, and the (issue id, event id) pairs already stored."""
         now = self.clock()
-        first_time = store.claim_batch(session, token, now)
+        first_time = store.claim_batch(session, token, now, enclosing)
         self._calls += 1
         if self._calls % self.prune_every == 0:
             store.forget_batches_before(session, now - TOKEN_KEEP)

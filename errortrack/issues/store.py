@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import cast
 
 import sqlalchemy as sa
@@ -42,8 +42,16 @@ def _insert(session: Session, table: sa.Table) -> postgresql.Insert | sqlite.Ins
     return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
 
 
-def claim_batch(session: Session, token: str, now: dt.datetime) -> bool:
-    """Record the token; False when it was recorded before (the batch is a replay)."""
+def claim_batch(
+    session: Session, token: str, now: dt.datetime, enclosing: Sequence[str] = ()
+) -> bool:
+    """Record the token; False when it was recorded before (the batch is a replay), or
+    when one of ``enclosing`` was: the writer bisected a batch the hook had taken whole
+    (or a larger part of it), so these rows were counted with that one."""
+    if enclosing and session.scalar(
+        sa.select(BATCHES.c.token).where(BATCHES.c.token.in_(list(enclosing))).limit(1)
+    ):
+        return False
     stmt = (
         _insert(session, BATCHES)
         .values(token=token, processed_at=now)

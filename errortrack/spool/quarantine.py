@@ -29,10 +29,11 @@ import json
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy.exc
 from clickhouse_connect.driver.exceptions import Error as DriverError
 
 from errortrack.spool import ownership
@@ -95,6 +96,35 @@ def is_data_error(exc: BaseException) -> bool:
     return error_code(exc) in DATA_ERRORS
 
 
+# Python errors that a hook's own code raises on what a row holds (a missing key, a value
+# of the wrong type or out of range, a time that does not parse). The same rows raise
+# them on every retry; a connection, a pool or a lock never raises them.
+_ROW_ERRORS = (KeyError, TypeError, ValueError, OverflowError)
+
+
+def is_hook_data_error(exc: BaseException) -> bool:
+    """Whether a table hook (the events' grouping) failed for what its rows hold.
+
+    - the relational store refused a value: DBAPI ``DataError`` (PostgreSQL: text with
+      NUL, a number out of range, a string too long for its column), which SQLAlchemy
+      raises as ``sqlalchemy.exc.DataError``;
+    - a value failed before it reached the store (SQLAlchemy wraps a Python error raised
+      while binding parameters in a ``StatementError``), or in the hook's own code;
+    - ClickHouse refused a value in the hook's own query (``is_data_error``).
+
+    Everything else is transient, as for inserts: the database unreachable, a timeout,
+    a deadlock or serialization failure, a unique or foreign key conflict (two workers
+    creating the same issue; a project deleted meanwhile), any other ``DBAPIError``.
+    """
+    if isinstance(exc, sqlalchemy.exc.DataError):
+        return True
+    if isinstance(exc, sqlalchemy.exc.DBAPIError):
+        return False
+    if isinstance(exc, sqlalchemy.exc.StatementError):
+        return isinstance(exc.orig, _ROW_ERRORS)
+    return isinstance(exc, _ROW_ERRORS) or is_data_error(exc)
+
+
 def directory(spool_root: Path) -> Path:
     return spool_root / DIRECTORY
 
@@ -109,14 +139,24 @@ class Quarantine:
     def file(self, table: str) -> Path:
         return self.path / f"{table}.jsonl"
 
-    def add(self, table: str, row_id: str, batch: str, row: bytes, error: str) -> bool:
+    def add(
+        self,
+        table: str,
+        row_id: str,
+        batch: str,
+        row: bytes,
+        error: str,
+        enclosing: Sequence[str] = (),
+    ) -> bool:
         """Durably append one row; False when ``row_id`` is there already (a segment
-        replayed after a crash mid-bisection refuses the same row again)."""
+        replayed after a crash mid-bisection refuses the same row again). ``enclosing``:
+        the tokens of the ranges the bisection split to reach the row, which ``requeue``
+        hands to the table's hook (``writer.enclosing_tokens``)."""
         with self._locked():
             ids = self._known(table)
             if row_id in ids:
                 return False
-            entry = {
+            entry: dict[str, Any] = {
                 "id": row_id,
                 "table": table,
                 "batch": batch,
@@ -125,6 +165,8 @@ class Quarantine:
                 "error": error,
                 "quarantined_at": dt.datetime.now(dt.UTC).isoformat(),
             }
+            if enclosing:
+                entry["enclosing"] = list(enclosing)
             _append(self.file(table), (json.dumps(entry, ensure_ascii=True) + "\n").encode())
             ids.add(row_id)
             return True

@@ -5,9 +5,12 @@ deduplication token ``<segment name>:<table>``, so re-inserting a segment after 
 between insert and delete (or after a partly failed segment) is applied once.
 
 ``insert(table, data, token)`` is injected: production passes ``clickhouse_insert``,
-tests pass one that fails on demand. ``hooks`` (table -> ``hook(rows, batch_token) ->
-rows``) run in this thread just before a table's insert (``events`` uses one to assign
+tests pass one that fails on demand. ``hooks`` (table -> ``hook(rows, token, enclosing)
+-> rows``) run in this thread just before a table's insert (``events`` uses one to assign
 issue ids); a hook that raises counts as a failed insert, so the segment is retried.
+``token`` is the insert's own; ``enclosing`` names the larger batches that held these
+rows before a bisection split them (empty for a whole batch), so that a hook that
+counts can tell rows it took before from rows it sees for the first time.
 
 Poison rows (docs/INGEST.md). Failures are retried with backoff, forever, and the oldest
 segment goes first, so a row that ClickHouse refuses for its data would stop every later
@@ -34,11 +37,18 @@ else is transient), the writer bisects that table's rows instead:
   spool and goes in by halves once the cause is fixed, instead of going row by row into
   a quarantine that ``requeue`` would empty one insert (one part) per row.
 
-A table with a hook gets it per part, with the whole batch's token: the hook already
-ran on the whole batch (it runs before the insert that failed), so for the grouping hook
-each part is a replay of a batch it has counted: it assigns issue ids and drops events
-ClickHouse holds, and counts nothing twice. Only the insert's own failure can start a
-bisection; a hook that raises is retried as before.
+A table with a hook gets it per part, with the part's token and the tokens of the
+ranges that enclose it (``enclosing``): for the grouping hook a part is a replay when
+one of those was taken before (it ran on the whole batch before the insert that failed:
+it assigns issue ids, drops events ClickHouse holds, counts nothing twice), and new rows
+otherwise.
+
+A hook that fails for what a row holds (``quarantine.is_hook_data_error``: the
+relational store refused a value, as PostgreSQL refuses NUL in text, or the hook's own
+code raised on a row) would stop ingest the same way, and gets the same treatment: after
+``quarantine_after`` failures in a row the batch is bisected, a part the hook refuses
+counts as refused, and a row it refuses alone is quarantined with the hook's error. Any
+other hook failure (the database down, a lock timeout) is retried as before.
 
 Nothing of this runs while inserts succeed: the normal path costs one set lookup.
 """
@@ -48,7 +58,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +71,7 @@ from errortrack.spool.segments import Spool
 log = logging.getLogger(__name__)
 
 Insert = Callable[[str, bytes, str], None]
-Hook = Callable[[list[dict[str, Any]], str], list[dict[str, Any]]]
+Hook = Callable[[list[dict[str, Any]], str, Sequence[str]], list[dict[str, Any]]]
 INSERT_SETTINGS = {
     # Timestamps arrive as float Unix seconds or ISO 8601 strings.
     "date_time_input_format": "best_effort",
@@ -187,28 +197,37 @@ class Writer:
 
     def _write_table(self, path: Path, table: str, data: bytes) -> None:
         token = f"{path.stem}:{table}"
-        hooked = self._hooked(table, data, token)
+        try:
+            hooked = self._hooked(table, data, token, ())
+        except Exception as exc:
+            if not self._poisoned(token, exc, quarantine.is_hook_data_error):
+                raise
+            self._start_bisect(path, table, data, f"the {table} hook refuses it: {exc}")
+            return
         if not hooked:
             return
         try:
             self.insert(table, hooked, token)
         except Exception as exc:
-            if not self._poisoned(token, exc):
+            if not self._poisoned(token, exc, quarantine.is_data_error):
                 raise
-            log.error("spool: %s keeps failing with a data error, bisecting: %s", token, exc)
-            self.spool.mark_bisect(path, table)
-            self._bisect(path, table, data)
+            self._start_bisect(path, table, data, f"ClickHouse refuses it: {exc}")
 
-    def _hooked(self, table: str, data: bytes, batch: str) -> bytes:
+    def _start_bisect(self, path: Path, table: str, data: bytes, why: str) -> None:
+        log.error("spool: %s:%s keeps failing for its data, bisecting: %s", path.stem, table, why)
+        self.spool.mark_bisect(path, table)
+        self._bisect(path, table, data)
+
+    def _hooked(self, table: str, data: bytes, token: str, enclosing: Sequence[str]) -> bytes:
         hook = self.hooks.get(table)
         if hook is None:
             return data
-        rows = hook([decode_row(line) for line in data.splitlines()], batch)
+        rows = hook([decode_row(line) for line in data.splitlines()], token, enclosing)
         return b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows)
 
-    def _poisoned(self, token: str, exc: Exception) -> bool:
+    def _poisoned(self, token: str, exc: Exception, is_data: Callable[[Exception], bool]) -> bool:
         """Whether ``token``'s batch has now failed with a data error often enough."""
-        if not quarantine.is_data_error(exc):
+        if not is_data(exc):
             self._streak = ("", 0)
             return False
         streak = self._streak[1] + 1 if self._streak[0] == token else 1
@@ -258,19 +277,30 @@ class Writer:
             )
             log.error("spool: %s", why)
             raise SystemicRefusal(why)
-        if self.quarantine.add(batch.table, row_id, batch.token, batch.lines[i], str(error)):
+        enclosing = enclosing_tokens(batch.token, len(batch.lines), i, i + 1)
+        if self.quarantine.add(
+            batch.table, row_id, batch.token, batch.lines[i], str(error), enclosing
+        ):
             self.quarantined += 1
             log.error("spool: quarantined row %s: %s", row_id, error)
 
     def _try(self, batch: _Batch, lo: int, hi: int) -> Exception | None:
-        """None once rows ``lo..hi-1`` are in; the data error that refused them. Any other
-        error raises: the writer backs off, and the replay resumes from the marker."""
+        """None once rows ``lo..hi-1`` are in; the data error that refused them (the
+        hook's or the insert's). Any other error raises: the writer backs off, and the
+        replay resumes from the marker."""
         rows = b"\n".join(batch.lines[lo:hi]) + b"\n"
-        hooked = self._hooked(batch.table, rows, batch.token)
+        token = part_token(batch.token, lo, hi)
+        enclosing = enclosing_tokens(batch.token, len(batch.lines), lo, hi)
+        try:
+            hooked = self._hooked(batch.table, rows, token, enclosing)
+        except Exception as exc:
+            if not quarantine.is_hook_data_error(exc):
+                raise
+            return exc
         if not hooked:
             return None
         try:
-            self.insert(batch.table, hooked, part_token(batch.token, lo, hi))
+            self.insert(batch.table, hooked, token)
         except Exception as exc:
             if not quarantine.is_data_error(exc):
                 raise
@@ -279,14 +309,19 @@ class Writer:
 
     def reinsert(self, entry: dict[str, Any]) -> None:
         """Insert a quarantined row again (``errortrack spool requeue``) as its bisection
-        would have: through the table's hook with its batch's token (the grouping hook
-        counted it with that batch), under the token of its own one-row part, so that a
-        second requeue, or a replay of a segment it is still in, is dropped as a repeat."""
+        would have: under the token of its own one-row part, through the table's hook
+        with the tokens of the ranges that held it (the grouping hook counted it with one
+        of them, unless the hook itself refused it), so that a second requeue, or a replay
+        of a segment it is still in, is dropped as a repeat. Rows quarantined before
+        hooks could refuse rows (ninth session and earlier) name no ranges: their batch's
+        hook had always taken them."""
         batch, table = str(entry["batch"]), str(entry["table"])
         i = int(str(entry["id"]).rsplit(":", 1)[1])
-        hooked = self._hooked(table, quarantine.row_bytes(entry) + b"\n", batch)
+        enclosing = entry.get("enclosing") or [batch]
+        token = part_token(batch, i, i + 1)
+        hooked = self._hooked(table, quarantine.row_bytes(entry) + b"\n", token, enclosing)
         if hooked:
-            self.insert(table, hooked, part_token(batch, i, i + 1))
+            self.insert(table, hooked, token)
 
 
 @dataclasses.dataclass
@@ -306,6 +341,20 @@ class _Batch:
 def part_token(batch: str, lo: int, hi: int) -> str:
     """The deduplication token of rows ``lo..hi-1`` of a batch (``requeue`` uses a row's)."""
     return f"{batch}:{lo}-{hi}"
+
+
+def enclosing_tokens(batch: str, rows: int, lo: int, hi: int) -> list[str]:
+    """The tokens of the ranges a bisection of ``rows`` rows went through to reach rows
+    ``lo..hi-1``, the whole batch's first (``batch`` itself), ``lo..hi-1``'s own not
+    included: the halving is fixed, so every replay and ``requeue`` finds the same."""
+    out = [batch]
+    a, b = 0, rows
+    while (a, b) != (lo, hi) and b - a > 1:
+        if (a, b) != (0, rows):
+            out.append(part_token(batch, a, b))
+        mid = (a + b) // 2
+        a, b = (a, mid) if hi <= mid else (mid, b)
+    return out
 
 
 def decode_row(line: bytes) -> dict[str, Any]:

@@ -4,12 +4,22 @@ per row, exact bytes, corruption tolerated)."""
 
 from __future__ import annotations
 
+import sqlite3
+
 import chdb
 import pytest
+import sqlalchemy.exc
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
-from errortrack.spool.quarantine import Quarantine, error_code, is_data_error, row_bytes
+from errortrack.spool.quarantine import (
+    Quarantine,
+    error_code,
+    is_data_error,
+    is_hook_data_error,
+    row_bytes,
+)
 from errortrack.spool.segments import Spool, bisect_marker
+from errortrack.spool.writer import enclosing_tokens, part_token
 
 
 @pytest.mark.parametrize(
@@ -52,6 +62,66 @@ def test_data_errors(exc):
 )
 def test_everything_else_is_transient(exc):
     assert not is_data_error(exc)
+
+
+def _wrapped(cls: type[sqlalchemy.exc.DBAPIError], orig: BaseException):
+    return cls("INSERT INTO issues ...", {}, orig)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        # PostgreSQL: NUL in text, a number or a string too large for its column.
+        _wrapped(sqlalchemy.exc.DataError, Exception("PostgreSQL text fields cannot contain NUL")),
+        # A value SQLite cannot bind, raised while SQLAlchemy binds the parameters.
+        sqlalchemy.exc.StatementError(
+            "(builtins.OverflowError) Python int too large to convert to SQLite INTEGER",
+            "SELECT ...",
+            {},
+            OverflowError("Python int too large to convert to SQLite INTEGER"),
+        ),
+        # The hook's own code on a row: a time that does not parse, a key that is missing.
+        ValueError("Invalid isoformat string: 'not a time'"),
+        KeyError("fingerprint"),
+        TypeError("'<' not supported between instances of 'str' and 'float'"),
+        # ClickHouse refusing a value in the hook's own query.
+        DatabaseError("Code: 376. Cannot parse UUID from String", code=376),
+    ],
+)
+def test_hook_data_errors(exc):
+    assert is_hook_data_error(exc)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        _wrapped(sqlalchemy.exc.OperationalError, sqlite3.OperationalError("database is locked")),
+        _wrapped(sqlalchemy.exc.OperationalError, Exception("connection refused")),
+        # Two workers creating one issue, or a project deleted meanwhile: gone on retry.
+        _wrapped(sqlalchemy.exc.IntegrityError, Exception("duplicate key value")),
+        _wrapped(sqlalchemy.exc.InterfaceError, Exception("connection already closed")),
+        # A DBAPI error whose cause is a ValueError is still the database's, not the row's.
+        _wrapped(sqlalchemy.exc.DBAPIError, ValueError("odd driver state")),
+        sqlalchemy.exc.TimeoutError("QueuePool limit reached"),
+        DatabaseError("Code: 241. DB::Exception: Memory limit exceeded", code=241),
+        RuntimeError("relational store down"),
+        ConnectionError("injected"),
+    ],
+)
+def test_any_other_hook_failure_is_transient(exc):
+    assert not is_hook_data_error(exc)
+
+
+def test_the_ranges_enclosing_a_part_are_those_the_halving_went_through():
+    # 10 rows: 0-10 -> 0-5 -> 2-5 -> 3-5 -> 3-4, as Writer._split halves them.
+    assert enclosing_tokens("s:events", 10, 3, 4) == [
+        "s:events",
+        part_token("s:events", 0, 5),
+        part_token("s:events", 2, 5),
+        part_token("s:events", 3, 5),
+    ]
+    assert enclosing_tokens("s:events", 10, 5, 10) == ["s:events"]  # a first half
+    assert enclosing_tokens("s:events", 1, 0, 1) == ["s:events"]  # a batch of one row
 
 
 def test_a_driver_error_without_a_code_attribute_falls_back_to_its_text():
