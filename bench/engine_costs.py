@@ -1,0 +1,115 @@
+"""Where the engine's CPU per stored log goes, and what merge settings would change.
+
+Sustained raw inserts of the rows ingest spools (the writer's settings and batch size,
+JSONEachRow), into a fresh chDB directory in a child process per run, with one table
+feature removed or one merge setting changed at a time, alternating for ``--rounds``.
+For each run: rows/s, the process's CPU per row (inserts and background merges), rows
+rewritten by merges per row inserted (``system.events`` MergedRows / InsertedRows) and
+the active parts at the end.
+
+    TZ=UTC .venv/bin/python -m bench.engine_costs [--seconds 20] [--rounds 2] [--only NAME]
+
+The raw insert is bound by its one inserting thread (parsing and writing each part);
+merges run beside it on the other core. End to end, both compete with the event loop
+for the same two cores, so CPU per row is what limits ingest there (bench/RESULTS.md,
+tenth session).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import resource
+import tempfile
+import time
+
+from bench.typed_maps_in_engine import _lines
+from errortrack.analytics import ClickHouse
+from errortrack.analytics import migrate as ch_migrate
+from errortrack.spool.writer import INSERT_SETTINGS
+
+_BLOOMS = ("idx_trace_id", "idx_attr_keys", "idx_attr_int_keys")
+VARIANTS: dict[str, tuple[list[str], int]] = {
+    "as migrated": ([], 10_000),
+    "no 5-gram body index": (["ALTER TABLE logs DROP INDEX idx_body_5gram"], 10_000),
+    "no string-pair text index": (["ALTER TABLE logs DROP INDEX idx_attr_string_pairs"], 10_000),
+    "no projections": (
+        [
+            "ALTER TABLE logs DROP PROJECTION severity_counts",
+            "ALTER TABLE logs DROP PROJECTION attr_names",
+        ],
+        10_000,
+    ),
+    "no bloom filters": (
+        [f"ALTER TABLE logs DROP INDEX {name}" for name in _BLOOMS]
+        + [
+            "ALTER TABLE logs DROP INDEX idx_attr_float_keys",
+            "ALTER TABLE logs DROP INDEX idx_attr_bool_keys",
+        ],
+        10_000,
+    ),
+    "no merges": (["SYSTEM STOP MERGES logs"], 10_000),
+    "merge_selector_base 10": (
+        ["ALTER TABLE logs MODIFY SETTING merge_selector_base = 10"],
+        10_000,
+    ),
+    "20k-row batches": ([], 20_000),
+}
+
+
+def _run(directory: str, variant: str, seconds: float) -> tuple[float, float, float, int]:
+    store = ClickHouse(f"chdb://{directory}")
+    ch_migrate.apply(store)
+    statements, size = VARIANTS[variant]
+    for sql in statements:
+        store.command(sql)
+    lines = _lines(False)
+    batches = [b"".join(lines[i : i + size]) for i in range(0, len(lines), size)]
+    client = store.client()
+
+    def merged() -> int:
+        return int(store.command("SELECT sum(value) FROM system.events WHERE event = 'MergedRows'"))
+
+    merged_before = merged()
+    rows = n = 0
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        batch = batches[n % len(batches)]
+        client.raw_insert(
+            "logs",
+            insert_block=batch,
+            fmt="JSONEachRow",
+            settings={**INSERT_SETTINGS, "insert_deduplication_token": f"b-{n}"},
+        )
+        rows += batch.count(b"\n")
+        n += 1
+    elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    parts = int(store.command("SELECT count() FROM system.parts WHERE table = 'logs' AND active"))
+    return rows / elapsed, cpu / rows * 1e6, (merged() - merged_before) / rows, parts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--only", action="append", choices=sorted(VARIANTS))
+    args = parser.parse_args()
+    names = args.only or list(VARIANTS)
+    for _ in range(args.rounds):
+        for name in names:
+            with multiprocessing.get_context("spawn").Pool(1) as pool:
+                rate, us, merged, parts = pool.apply(
+                    _run, (tempfile.mkdtemp(prefix="engine-"), name, args.seconds)
+                )
+            print(
+                f"{name:26s} {rate:8,.0f} rows/s  {us:5.1f} us CPU/row  "
+                f"merged/inserted {merged:4.2f}  {parts:3d} parts",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
