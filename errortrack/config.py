@@ -131,12 +131,14 @@ class Settings:
     max_body_bytes: int = _setting(20 * 2**20, _positive_int, "Ingest body cap in bytes (413)")
     # Ingest spool: above this many bytes of rows not yet in ClickHouse, ingest answers 503.
     spool_max_bytes: int = _setting(2**30, _positive_int, "Spool size cap in bytes (503)")
-    # The writer inserts a batch at this many rows or at WRITER_MAX_AGE_MS, whichever first;
-    # ClickHouse wants big inserts (about 4-5 ms fixed cost each), but each insert holds
-    # its batch's parts in memory while it builds them: 10k rows peaked at 594-607 MB RSS
-    # under the ingest benchmark against 690-731 MB at 20k, logs/s within the run-to-run
-    # spread (bench/RESULTS.md, fourth session).
-    writer_batch_rows: int = _setting(10_000, _positive_int, "Rows per ClickHouse insert")
+    # The writer inserts a batch at this many rows or at WRITER_MAX_AGE_MS, whichever first.
+    # Bigger inserts make fewer, bigger parts, so merges rewrite each row fewer times
+    # (about half of the engine's CPU per log is merging): 20k rows gave +10 % logs/s end
+    # to end over 10k, peak RSS 579-610 MB against 513-598 (target 700). Each insert holds
+    # its parts in memory while it builds them, which is why this was 10k until the tenth
+    # session: then 20k peaked at 690-731 MB, before merges became vertical (clickhouse/0011)
+    # (bench/RESULTS.md, fourth and tenth sessions).
+    writer_batch_rows: int = _setting(20_000, _positive_int, "Rows per ClickHouse insert")
     writer_max_age_ms: int = _setting(1000, _positive_int, "Max age in ms of a spooled batch")
     # A batch refused this many times in a row with a data error (a value ClickHouse cannot
     # store) is bisected and its bad rows quarantined (docs/INGEST.md, "Poison rows");

@@ -88,7 +88,7 @@ INSERT_SETTINGS = {
 # what ClickHouse said about these bytes, so more would not change the answer.
 ALONE_RETRIES = 2
 # Rows of one batch quarantined before the rest is taken for a systemic refusal. A poison
-# row is rare (a broken SDK, a bug); 100 of a 10k-row batch (1 %) is already a cause.
+# row is rare (a broken SDK, a bug); 100 of a 20k-row batch (0.5 %) is already a cause.
 QUARANTINE_LIMIT = 100
 
 
