@@ -15,6 +15,11 @@ kept here, not lost, but no longer queryable until re-inserted); a data error ta
 a transient one blocks the writer as before. Hence a short list of codes, checked
 against ``errorCodeToName`` of the chDB in use (26.9).
 
+A table's hook (the events' grouping, which writes to the relational store before the
+insert) can refuse a row the same way; ``is_hook_data_error`` is its test, as narrow:
+the store's ``DataError``, a Python error raised on a row's values, or a ClickHouse data
+error in the hook's own query.
+
 Rows are kept in ``<spool dir>/quarantine/<table>.jsonl``, one JSON object per row, each
 appended and fsync'd before its segment may be deleted. ``errortrack spool requeue``
 re-inserts them (``requeue``), keeping those that still fail.
