@@ -58,13 +58,20 @@ class GroupingHook:
         self._calls = 0
 
     def __call__(
-        self, rows: list[dict[str, Any]], batch_token: str, enclosing: Sequence[str] = ()
+        self,
+        rows: list[dict[str, Any]],
+        batch_token: str,
+        enclosing: Sequence[str] = (),
+        *,
+        counted: bool = False,
     ) -> list[dict[str, Any]]:
+        """``counted``: the writer knows these rows were counted before (a requeued event
+        that ClickHouse refused after this hook took it), whatever the tokens say."""
         rows = _first_of_each_event(rows)
         if not rows:
             return rows
         with unit_of_work(self.sessions) as session:
-            ids, stored = self._group_in(session, rows, batch_token, enclosing)
+            ids, stored = self._group_in(session, rows, batch_token, enclosing, counted)
         self._remember(ids)
         kept = []
         for row in rows:
@@ -80,11 +87,16 @@ class GroupingHook:
         self._cache.pop(key, None)
 
     def _group_in(
-        self, session: Session, rows: list[dict[str, Any]], token: str, enclosing: Sequence[str]
+        self,
+        session: Session,
+        rows: list[dict[str, Any]],
+        token: str,
+        enclosing: Sequence[str],
+        counted_before: bool,
     ) -> tuple[dict[Key, int], set[tuple[int, str]]]:
         """Issue ids by key, and the (issue id, event id) pairs already stored."""
         now = self.clock()
-        first_time = store.claim_batch(session, token, now, enclosing)
+        first_time = not counted_before and store.claim_batch(session, token, now, enclosing)
         self._calls += 1
         if self._calls % self.prune_every == 0:
             store.forget_batches_before(session, now - TOKEN_KEEP)

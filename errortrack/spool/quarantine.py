@@ -152,11 +152,13 @@ class Quarantine:
         row: bytes,
         error: str,
         enclosing: Sequence[str] = (),
+        counted: bool | None = None,
     ) -> bool:
         """Durably append one row; False when ``row_id`` is there already (a segment
         replayed after a crash mid-bisection refuses the same row again). ``enclosing``:
         the tokens of the ranges the bisection split to reach the row, which ``requeue``
-        hands to the table's hook (``writer.enclosing_tokens``)."""
+        hands to the table's hook (``writer.enclosing_tokens``); ``counted``, for a table
+        with a hook, whether the hook had taken the row before ClickHouse refused it."""
         with self._locked():
             ids = self._known(table)
             if row_id in ids:
@@ -172,6 +174,8 @@ class Quarantine:
             }
             if enclosing:
                 entry["enclosing"] = list(enclosing)
+            if counted is not None:
+                entry["counted"] = counted
             _append(self.file(table), (json.dumps(entry, ensure_ascii=True) + "\n").encode())
             ids.add(row_id)
             return True

@@ -10,7 +10,8 @@ tests pass one that fails on demand. ``hooks`` (table -> ``hook(rows, token, enc
 issue ids); a hook that raises counts as a failed insert, so the segment is retried.
 ``token`` is the insert's own; ``enclosing`` names the larger batches that held these
 rows before a bisection split them (empty for a whole batch), so that a hook that
-counts can tell rows it took before from rows it sees for the first time.
+counts can tell rows it took before from rows it sees for the first time; ``requeue``
+adds ``counted=True`` for a row the hook took before ClickHouse refused it.
 
 Poison rows (docs/INGEST.md). Failures are retried with backoff, forever, and the oldest
 segment goes first, so a row that ClickHouse refuses for its data would stop every later
@@ -60,7 +61,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -71,7 +72,28 @@ from errortrack.spool.segments import Spool
 log = logging.getLogger(__name__)
 
 Insert = Callable[[str, bytes, str], None]
-Hook = Callable[[list[dict[str, Any]], str, Sequence[str]], list[dict[str, Any]]]
+
+
+class Hook(Protocol):
+    """A table's hook: the rows to insert, given the rows spooled (see the docstring)."""
+
+    def __call__(
+        self,
+        rows: list[dict[str, Any]],
+        token: str,
+        enclosing: Sequence[str],
+        /,
+        *,
+        counted: bool = False,
+    ) -> list[dict[str, Any]]: ...
+
+
+class HookRefusal(Exception):
+    """A hook's data error, returned by ``Writer._try`` as the refusal of its rows (the
+    message is the hook's error's), so that a row refused alone is known to be one the
+    hook never took."""
+
+
 INSERT_SETTINGS = {
     # Timestamps arrive as float Unix seconds or ISO 8601 strings.
     "date_time_input_format": "best_effort",
@@ -218,11 +240,22 @@ class Writer:
         self.spool.mark_bisect(path, table)
         self._bisect(path, table, data)
 
-    def _hooked(self, table: str, data: bytes, token: str, enclosing: Sequence[str]) -> bytes:
+    def _hooked(
+        self,
+        table: str,
+        data: bytes,
+        token: str,
+        enclosing: Sequence[str],
+        counted: bool = False,
+    ) -> bytes:
         hook = self.hooks.get(table)
         if hook is None:
             return data
-        rows = hook([decode_row(line) for line in data.splitlines()], token, enclosing)
+        lines = data.splitlines()
+        if counted:
+            rows = hook([decode_row(line) for line in lines], token, enclosing, counted=True)
+        else:
+            rows = hook([decode_row(line) for line in lines], token, enclosing)
         return b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows)
 
     def _poisoned(self, token: str, exc: Exception, is_data: Callable[[Exception], bool]) -> bool:
@@ -278,8 +311,11 @@ class Writer:
             log.error("spool: %s", why)
             raise SystemicRefusal(why)
         enclosing = enclosing_tokens(batch.token, len(batch.lines), i, i + 1)
+        # Refused by the insert after its hook took it (this part or a larger one): the
+        # hook counted it, and ``requeue`` must not, however long after.
+        counted = None if batch.table not in self.hooks else not isinstance(error, HookRefusal)
         if self.quarantine.add(
-            batch.table, row_id, batch.token, batch.lines[i], str(error), enclosing
+            batch.table, row_id, batch.token, batch.lines[i], str(error), enclosing, counted
         ):
             self.quarantined += 1
             log.error("spool: quarantined row %s: %s", row_id, error)
@@ -296,7 +332,7 @@ class Writer:
         except Exception as exc:
             if not quarantine.is_hook_data_error(exc):
                 raise
-            return exc
+            return HookRefusal(str(exc))
         if not hooked:
             return None
         try:
@@ -312,14 +348,17 @@ class Writer:
         would have: under the token of its own one-row part, through the table's hook
         with the tokens of the ranges that held it (the grouping hook counted it with one
         of them, unless the hook itself refused it), so that a second requeue, or a replay
-        of a segment it is still in, is dropped as a repeat. Rows quarantined before
-        hooks could refuse rows (ninth session and earlier) name no ranges: their batch's
-        hook had always taken them."""
+        of a segment it is still in, is dropped as a repeat. A row the hook took before
+        ClickHouse refused it says so (``counted``), and the hook counts it not again even
+        once it has forgotten those tokens (after 7 days). Rows quarantined before hooks
+        could refuse rows (ninth session and earlier) say neither: their batch's hook had
+        always taken them, which its token tells for 7 days."""
         batch, table = str(entry["batch"]), str(entry["table"])
         i = int(str(entry["id"]).rsplit(":", 1)[1])
         enclosing = entry.get("enclosing") or [batch]
         token = part_token(batch, i, i + 1)
-        hooked = self._hooked(table, quarantine.row_bytes(entry) + b"\n", token, enclosing)
+        row = quarantine.row_bytes(entry) + b"\n"
+        hooked = self._hooked(table, row, token, enclosing, entry.get("counted") is True)
         if hooked:
             self.insert(table, hooked, token)
 

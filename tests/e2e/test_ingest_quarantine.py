@@ -23,6 +23,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 
 from errortrack.app import create_app
 from errortrack.ingest.items import ItemContext
+from errortrack.issues import store
 from errortrack.issues.events import handle_event
 from errortrack.issues.grouping import GroupingHook
 from errortrack.spool import quarantine
@@ -475,9 +476,36 @@ def test_a_requeued_event_the_hook_refused_is_counted_once(state, clickhouse):
     assert _issue_counts(state) == {"KeyError: boom": 3, "ValueError: boom": 2}
 
     [entry] = writer.quarantine.entries("events")
+    assert entry["counted"] is False
     fixed = {**entry, "row": orjson.dumps(good).decode()}  # the operator mends the row
+    _forget_tokens(state)  # a requeue weeks later: the hook has forgotten the batches
     writer.reinsert(fixed)
     writer.reinsert(fixed)  # a requeue that crashed before rewriting the file, run again
+    assert _issue_counts(state) == {"KeyError: boom": 3, "ValueError: boom": 3}
+    stored = _stored_events(clickhouse, pid)
+    assert sorted(e for e, _ in stored) == sorted(orjson.loads(line)["event_id"] for line in lines)
+
+
+def _forget_tokens(state) -> None:
+    with state.sessions.begin() as session:
+        store.forget_batches_before(session, dt.datetime.now(dt.UTC) + dt.timedelta(days=1))
+
+
+def test_a_requeued_event_clickhouse_refused_is_not_counted_again_even_weeks_later(
+    state, clickhouse
+):
+    """The hook counted the row before ClickHouse refused it; the entry says so, and a
+    requeue after the hook has forgotten the batch's tokens (7 days) counts it not again."""
+    pid = _new_project(state)
+    # The grouping hook does not read received_at; ClickHouse refuses it (407).
+    lines, good = _events_with(pid, 3, 3, received_at=1e30)
+    writer = _grouped(state, clickhouse, lines)
+    assert _issue_counts(state) == {"KeyError: boom": 3, "ValueError: boom": 3}
+    [entry] = writer.quarantine.entries("events")
+    assert entry["counted"] is True and "Code: 407." in entry["error"]
+
+    _forget_tokens(state)
+    writer.reinsert({**entry, "row": orjson.dumps(good).decode()})
     assert _issue_counts(state) == {"KeyError: boom": 3, "ValueError: boom": 3}
     stored = _stored_events(clickhouse, pid)
     assert sorted(e for e, _ in stored) == sorted(orjson.loads(line)["event_id"] for line in lines)
