@@ -251,11 +251,8 @@ class Writer:
         hook = self.hooks.get(table)
         if hook is None:
             return data
-        lines = data.splitlines()
-        if counted:
-            rows = hook([decode_row(line) for line in lines], token, enclosing, counted=True)
-        else:
-            rows = hook([decode_row(line) for line in lines], token, enclosing)
+        decoded = [decode_row(line) for line in data.splitlines()]
+        rows = hook(decoded, token, enclosing, counted=counted)
         return b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows)
 
     def _poisoned(self, token: str, exc: Exception, is_data: Callable[[Exception], bool]) -> bool:

@@ -368,7 +368,7 @@ def test_hook_failure_counts_as_a_failed_insert(tmp_path):
     spool = _spool(tmp_path)
     seen = []
 
-    def hook(rows, token, enclosing):
+    def hook(rows, token, enclosing, counted=False):
         raise RuntimeError("relational store down")
 
     writer = Writer(spool, lambda *a: seen.append(a), hooks={"events": hook})
@@ -376,7 +376,9 @@ def test_hook_failure_counts_as_a_failed_insert(tmp_path):
     with pytest.raises(RuntimeError):
         writer.drain()
     assert spool.pending() == 1
-    writer.hooks["events"] = lambda rows, token, enclosing: [{**r, "issue_id": 7} for r in rows]
+    writer.hooks["events"] = lambda rows, token, enclosing, counted=False: [
+        {**r, "issue_id": 7} for r in rows
+    ]
     writer.drain()
     assert seen[-1][0] == "events" and seen[-1][1] == b'{"e":1,"issue_id":7}\n'
     assert seen[-1][2].endswith(":events")
