@@ -19,14 +19,11 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import resource
 import tempfile
-import time
 
-from bench.typed_maps_in_engine import _lines
+from bench.raw_insert import batches, log_envelopes, spooled_lines, sustained
 from errortrack.analytics import ClickHouse
 from errortrack.analytics import migrate as ch_migrate
-from errortrack.spool.writer import INSERT_SETTINGS
 
 _BLOOMS = ("idx_trace_id", "idx_attr_keys", "idx_attr_int_keys")
 VARIANTS: dict[str, tuple[list[str], int]] = {
@@ -63,30 +60,13 @@ def _run(directory: str, variant: str, seconds: float) -> tuple[float, float, fl
     statements, size = VARIANTS[variant]
     for sql in statements:
         store.command(sql)
-    lines = _lines(False)
-    batches = [b"".join(lines[i : i + size]) for i in range(0, len(lines), size)]
-    client = store.client()
+    blocks = batches(spooled_lines(log_envelopes(200)), size)
 
     def merged() -> int:
         return int(store.command("SELECT sum(value) FROM system.events WHERE event = 'MergedRows'"))
 
     merged_before = merged()
-    rows = n = 0
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        batch = batches[n % len(batches)]
-        client.raw_insert(
-            "logs",
-            insert_block=batch,
-            fmt="JSONEachRow",
-            settings={**INSERT_SETTINGS, "insert_deduplication_token": f"b-{n}"},
-        )
-        rows += batch.count(b"\n")
-        n += 1
-    elapsed = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    rows, elapsed, cpu = sustained(store.client(), blocks, seconds)
     parts = int(store.command("SELECT count() FROM system.parts WHERE table = 'logs' AND active"))
     return rows / elapsed, cpu / rows * 1e6, (merged() - merged_before) / rows, parts
 

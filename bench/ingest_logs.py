@@ -20,7 +20,6 @@ writer and syncer, the engine's merges, the engine's other threads) and the clie
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import multiprocessing
 import os
 import statistics
@@ -30,16 +29,12 @@ import time
 from pathlib import Path
 
 from bench import wire
-from bench.logdata import envelope_logs
+from bench.raw_insert import log_envelopes
 from errortrack.config import Settings
-from tests.ingest_support import create_project_in, log_envelope
+from tests.ingest_support import create_project_in
 from tests.support import Server, server_env
 
 LOGS_PER_ENVELOPE = 100
-
-
-def _envelopes(count: int) -> list[bytes]:
-    return [log_envelope(envelope_logs(LOGS_PER_ENVELOPE, seed=i)) for i in range(count)]
 
 
 def _send(
@@ -182,39 +177,15 @@ def _raw_rate(
     a fresh directory, so that the merges left over from the end-to-end run (about a
     million rows in many parts) do not slow the reference down. A short burst right
     after reopening the server's directory gave anything from 49 k to 91 k rows/s."""
+    from bench.raw_insert import batches, spooled_lines, sustained
     from errortrack.analytics import ClickHouse
     from errortrack.analytics import migrate as ch_migrate
-    from errortrack.ingest.envelope import parse
-    from errortrack.ingest.items import ItemContext
-    from errortrack.ingest.logs import handle_log
-    from errortrack.spool.writer import INSERT_SETTINGS
 
     store = ClickHouse(f"chdb://{directory.resolve()}")
     ch_migrate.apply(store)
-    ctx = ItemContext(1, dt.datetime.now(dt.UTC), 90, {})
-    lines = b"".join(
-        handle_log(parse(body).items[0][1], {}, ctx).log_lines for body in bodies
-    ).splitlines(keepends=True)
-    batches = [b"".join(lines[i : i + batch_rows]) for i in range(0, len(lines), batch_rows)]
-    client = store.client()
-    rows, n = 0, 0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        batch = batches[n % len(batches)]
-        client.raw_insert(
-            "logs",
-            insert_block=batch,
-            fmt="JSONEachRow",
-            # The writer's settings exactly, single-threaded parsing included: it is also
-            # the engine's faster choice here. Parallel parsing (the engine's default),
-            # which this reference used until the ninth session, measured 62-67 k against
-            # 73-76 k rows/s alternating (bench/RESULTS.md, ninth session), so it made the
-            # ratio look better than it was.
-            settings={**INSERT_SETTINGS, "insert_deduplication_token": f"raw-{n}"},
-        )
-        rows += batch.count(b"\n")
-        n += 1
-    return rows / (time.perf_counter() - start), rows
+    blocks = batches(spooled_lines(bodies), batch_rows)
+    rows, elapsed, _ = sustained(store.client(), blocks, seconds)
+    return rows / elapsed, rows
 
 
 def _count(data: Path, pid: int) -> int:
@@ -245,7 +216,7 @@ def main() -> None:
         ERRORTRACK_WRITER_BATCH_ROWS=str(args.batch_rows),
         ERRORTRACK_LOG_LEVEL="WARNING",
     )
-    bodies = _envelopes(400)
+    bodies = log_envelopes(400, LOGS_PER_ENVELOPE)
     print(
         f"load before: {os.getloadavg()}; {len(bodies)} distinct envelopes of "
         f"{LOGS_PER_ENVELOPE} logs, {sum(map(len, bodies)) / len(bodies) / 1024:.1f} KiB each"

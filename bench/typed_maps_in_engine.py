@@ -19,20 +19,12 @@ what the event loop would save, so the maps stay in Python.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import multiprocessing
-import resource
 import tempfile
-import time
 
-from bench.logdata import envelope_logs
+from bench.raw_insert import batches, log_envelopes, spooled_lines, sustained
 from errortrack.analytics import ClickHouse
 from errortrack.analytics import migrate as ch_migrate
-from errortrack.ingest.envelope import parse
-from errortrack.ingest.items import ItemContext
-from errortrack.ingest.logs import handle_log
-from errortrack.spool.writer import INSERT_SETTINGS
-from tests.ingest_support import log_envelope
 
 # Each attribute as (name, declared type, JSON type of its value, value as JSON text).
 _PAIRS = (
@@ -63,11 +55,7 @@ DEFAULTS = {
 
 
 def _lines(in_engine: bool) -> list[bytes]:
-    ctx = ItemContext(1, dt.datetime.now(dt.UTC), 90, {})
-    bodies = [log_envelope(envelope_logs(100, seed=i)) for i in range(200)]
-    lines = b"".join(
-        handle_log(parse(body).items[0][1], {}, ctx).log_lines for body in bodies
-    ).splitlines(keepends=True)
+    lines = spooled_lines(log_envelopes(200))
     if not in_engine:
         return lines
     # The maps sit between "attributes" and "retention_days" in a spooled row.
@@ -84,26 +72,9 @@ def _run(directory: str, in_engine: bool, seconds: float) -> tuple[float, float,
         for column, expression in DEFAULTS.items():
             store.command(f"ALTER TABLE logs MODIFY COLUMN {column} DEFAULT {expression}")
     lines = _lines(in_engine)
-    batches = [b"".join(lines[i : i + 10_000]) for i in range(0, len(lines), 10_000)]
-    client = store.client()
-    rows = n = 0
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        batch = batches[n % len(batches)]
-        client.raw_insert(
-            "logs",
-            insert_block=batch,
-            fmt="JSONEachRow",
-            settings={**INSERT_SETTINGS, "insert_deduplication_token": f"b-{n}"},
-        )
-        rows += batch.count(b"\n")
-        n += 1
-    elapsed = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    width = sum(map(len, batches)) / len(lines)
-    return rows / elapsed, cpu / rows * 1e6, width
+    blocks = batches(lines, 10_000)
+    rows, elapsed, cpu = sustained(store.client(), blocks, seconds)
+    return rows / elapsed, cpu / rows * 1e6, sum(map(len, blocks)) / len(lines)
 
 
 def main() -> None:
