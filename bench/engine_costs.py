@@ -19,28 +19,42 @@ tenth session).
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import subprocess
 import sys
 import tempfile
+from typing import NamedTuple
 
-from bench.raw_insert import batches, log_envelopes, spooled_lines, sustained
+from bench.raw_insert import batches, in_child, log_envelopes, spooled_lines, sustained
 from errortrack.analytics import ClickHouse
 from errortrack.analytics import migrate as ch_migrate
 
+
+class Variant(NamedTuple):
+    statements: list[str]  # run after the migrations
+    rows: int  # per insert
+    # Inserting while another process keeps one core busy, as end to end: there the
+    # event loop, the spool's threads and the client take ~0.8 of the two cores.
+    beside_busy_core: bool = False
+
+
 _BLOOMS = ("idx_trace_id", "idx_attr_keys", "idx_attr_int_keys")
-VARIANTS: dict[str, tuple[list[str], int]] = {
-    "as migrated": ([], 10_000),
-    "no 5-gram body index": (["ALTER TABLE logs DROP INDEX idx_body_5gram"], 10_000),
-    "no string-pair text index": (["ALTER TABLE logs DROP INDEX idx_attr_string_pairs"], 10_000),
-    "no projections": (
+# The body and attributes JSON are most of a row's bytes, and every merge recompresses
+# them: their codec's cost is paid about three times per row.
+_CODEC = "ALTER TABLE logs MODIFY COLUMN {} String CODEC({})"
+VARIANTS: dict[str, Variant] = {
+    "as migrated": Variant([], 10_000),
+    "no 5-gram body index": Variant(["ALTER TABLE logs DROP INDEX idx_body_5gram"], 10_000),
+    "no string-pair text index": Variant(
+        ["ALTER TABLE logs DROP INDEX idx_attr_string_pairs"], 10_000
+    ),
+    "no projections": Variant(
         [
             "ALTER TABLE logs DROP PROJECTION severity_counts",
             "ALTER TABLE logs DROP PROJECTION attr_names",
         ],
         10_000,
     ),
-    "no bloom filters": (
+    "no bloom filters": Variant(
         [f"ALTER TABLE logs DROP INDEX {name}" for name in _BLOOMS]
         + [
             "ALTER TABLE logs DROP INDEX idx_attr_float_keys",
@@ -48,34 +62,20 @@ VARIANTS: dict[str, tuple[list[str], int]] = {
         ],
         10_000,
     ),
-    "no merges": (["SYSTEM STOP MERGES logs"], 10_000),
-    "merge_selector_base 10": (
-        ["ALTER TABLE logs MODIFY SETTING merge_selector_base = 10"],
-        10_000,
+    "no merges": Variant(["SYSTEM STOP MERGES logs"], 10_000),
+    "merge_selector_base 10": Variant(
+        ["ALTER TABLE logs MODIFY SETTING merge_selector_base = 10"], 10_000
     ),
-    "20k-row batches": ([], 20_000),
-    # The body and attributes JSON are most of a row's bytes, and every merge
-    # recompresses them: their codec's cost is paid about three times per row.
-    "20k, ZSTD(1) body+attributes": (
-        [
-            "ALTER TABLE logs MODIFY COLUMN body String CODEC(ZSTD(1))",
-            "ALTER TABLE logs MODIFY COLUMN attributes String CODEC(ZSTD(1))",
-        ],
-        20_000,
+    "20k-row batches": Variant([], 20_000),
+    "20k, ZSTD(1) body+attributes": Variant(
+        [_CODEC.format(column, "ZSTD(1)") for column in ("body", "attributes")], 20_000
     ),
-    "20k, LZ4 body+attributes": (
-        [
-            "ALTER TABLE logs MODIFY COLUMN body String CODEC(LZ4)",
-            "ALTER TABLE logs MODIFY COLUMN attributes String CODEC(LZ4)",
-        ],
-        20_000,
+    "20k, LZ4 body+attributes": Variant(
+        [_CODEC.format(column, "LZ4") for column in ("body", "attributes")], 20_000
     ),
-    "40k-row batches": ([], 40_000),
-    # The engine as end to end has it: one core kept busy by another process (there, the
-    # event loop, the spool's threads and the client take ~0.8 of the two cores).
-    "20k, beside a busy core": ([], 20_000),
+    "40k-row batches": Variant([], 40_000),
+    "20k, beside a busy core": Variant([], 20_000, beside_busy_core=True),
 }
-_BESIDE_BUSY_CORE = {"20k, beside a busy core"}
 # A process that keeps one core busy for as long as it lives.
 _BUSY = "while True:\n    pass"
 
@@ -83,16 +83,16 @@ _BUSY = "while True:\n    pass"
 def _run(directory: str, variant: str, seconds: float) -> tuple[float, float, float, int, float]:
     store = ClickHouse(f"chdb://{directory}")
     ch_migrate.apply(store)
-    statements, size = VARIANTS[variant]
-    for sql in statements:
+    chosen = VARIANTS[variant]
+    for sql in chosen.statements:
         store.command(sql)
-    blocks = batches(spooled_lines(log_envelopes(200)), size)
+    blocks = batches(spooled_lines(log_envelopes(200)), chosen.rows)
 
     def merged() -> int:
         return int(store.command("SELECT sum(value) FROM system.events WHERE event = 'MergedRows'"))
 
     merged_before = merged()
-    busy = subprocess.Popen([sys.executable, "-c", _BUSY]) if variant in _BESIDE_BUSY_CORE else None
+    busy = subprocess.Popen([sys.executable, "-c", _BUSY]) if chosen.beside_busy_core else None
     try:
         rows, elapsed, cpu = sustained(store.client(), blocks, seconds)
     finally:
@@ -119,10 +119,9 @@ def main() -> None:
     names = args.only or list(VARIANTS)
     for _ in range(args.rounds):
         for name in names:
-            with multiprocessing.get_context("spawn").Pool(1) as pool:
-                rate, us, merged, parts, on_disk = pool.apply(
-                    _run, (tempfile.mkdtemp(prefix="engine-"), name, args.seconds)
-                )
+            rate, us, merged, parts, on_disk = in_child(
+                _run, tempfile.mkdtemp(prefix="engine-"), name, args.seconds
+            )
             print(
                 f"{name:26s} {rate:8,.0f} rows/s  {us:5.1f} us CPU/row  "
                 f"merged/inserted {merged:4.2f}  {parts:3d} parts  {on_disk:5.0f} B/row on disk",

@@ -20,7 +20,6 @@ writer and syncer, the engine's merges, the engine's other threads) and the clie
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import statistics
 import tempfile
@@ -29,7 +28,7 @@ import time
 from pathlib import Path
 
 from bench import wire
-from bench.raw_insert import log_envelopes
+from bench.raw_insert import in_child, log_envelopes
 from errortrack.config import Settings
 from tests.ingest_support import create_project_in
 from tests.support import Server, server_env
@@ -295,11 +294,7 @@ def _raw_in_child(
 ) -> tuple[float, int]:
     # In a child process: chDB opens one directory per process, and this one holds the
     # server's (for the count).
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        rate: tuple[float, int] = pool.apply(
-            _raw_rate, (directory, bodies, args.batch_rows, args.raw_seconds)
-        )
-    return rate
+    return in_child(_raw_rate, directory, bodies, args.batch_rows, args.raw_seconds)
 
 
 if __name__ == "__main__":

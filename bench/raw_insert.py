@@ -4,10 +4,12 @@ chDB as the writer inserts them, back to back for a fixed time."""
 from __future__ import annotations
 
 import datetime as dt
+import multiprocessing
 import resource
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from bench.logdata import envelope_logs
 from errortrack.ingest.envelope import parse
@@ -15,6 +17,15 @@ from errortrack.ingest.items import ItemContext
 from errortrack.ingest.logs import handle_log
 from errortrack.spool.writer import INSERT_SETTINGS
 from tests.ingest_support import log_envelope
+
+T = TypeVar("T")
+
+
+def in_child(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a new (spawned) process, for its result: chDB opens one directory
+    per process, so each run into a fresh directory needs a process of its own."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fn, args)
 
 
 def log_envelopes(count: int, logs: int = 100) -> list[bytes]:

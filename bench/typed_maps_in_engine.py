@@ -19,10 +19,9 @@ what the event loop would save, so the maps stay in Python.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import tempfile
 
-from bench.raw_insert import batches, log_envelopes, spooled_lines, sustained
+from bench.raw_insert import batches, in_child, log_envelopes, spooled_lines, sustained
 from errortrack.analytics import ClickHouse
 from errortrack.analytics import migrate as ch_migrate
 
@@ -84,10 +83,9 @@ def main() -> None:
     args = parser.parse_args()
     for _ in range(args.rounds):
         for in_engine, name in ((False, "maps from Python"), (True, "maps by DEFAULT")):
-            with multiprocessing.get_context("spawn").Pool(1) as pool:
-                rate, us, width = pool.apply(
-                    _run, (tempfile.mkdtemp(prefix="maps-"), in_engine, args.seconds)
-                )
+            rate, us, width = in_child(
+                _run, tempfile.mkdtemp(prefix="maps-"), in_engine, args.seconds
+            )
             print(
                 f"{name:17s} {rate:8,.0f} rows/s  {us:5.1f} us engine CPU/row  "
                 f"{width:5.0f} B/row spooled",

@@ -20,24 +20,18 @@ if os.environ.get("ET_BARE_LOGS_TABLE"):
 
     from errortrack.analytics import migrate
 
-    _INDEXES = (
-        "idx_trace_id",
-        "idx_attr_keys",
-        "idx_attr_int_keys",
-        "idx_attr_float_keys",
-        "idx_attr_bool_keys",
-        "idx_body_5gram",
-        "idx_attr_string_pairs",
-    )
-    _PROJECTIONS = ("severity_counts", "attr_names")
     _real = migrate.apply
 
     def apply(store: Any, *args: Any, **kwargs: Any) -> list[str]:
         newly = _real(store, *args, **kwargs)
-        for name in _INDEXES:
-            store.command(f"ALTER TABLE logs DROP INDEX IF EXISTS {name}")
-        for name in _PROJECTIONS:
-            store.command(f"ALTER TABLE logs DROP PROJECTION IF EXISTS {name}")
+        # Whatever the migrations made, read from the engine, so that this stays true
+        # when they add an index.
+        for kind, table in (("INDEX", "data_skipping_indices"), ("PROJECTION", "projections")):
+            for (name,) in store.query_rows(
+                f"SELECT name FROM system.{table}"
+                " WHERE database = currentDatabase() AND table = 'logs'"
+            ):
+                store.command(f"ALTER TABLE logs DROP {kind} {name}")
         return newly
 
     migrate.apply = apply
