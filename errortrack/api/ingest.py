@@ -31,11 +31,11 @@ CORS = {
 }
 
 Accept = Callable[[service.Ingest, int, "str | None", Callable[[], bytes]], service.Accepted]
+Decode = Callable[[bytes, int], bytes]
+ENVELOPE_TYPE = "application/x-sentry-envelope"
 
 
 class _IngestResource:
-    accept: Accept
-
     def __init__(self, ingest: service.Ingest, max_body_bytes: int) -> None:
         self.ingest = ingest
         self.max_body_bytes = max_body_bytes
@@ -76,17 +76,35 @@ class _IngestResource:
         raw = await body.read_wire(req.stream, req.content_length, self.max_body_bytes)
         encoding = req.get_header("Content-Encoding")
         cap = self.max_body_bytes
-        accepted = self.accept(
-            self.ingest, project_id, key, lambda: body.read_body(io.BytesIO(raw), encoding, cap)
+        accept, decode = self.reader(req.content_type)
+        accepted = accept(
+            self.ingest,
+            project_id,
+            key,
+            lambda: decode(body.read_body(io.BytesIO(raw), encoding, cap), cap),
         )
         if accepted.rows:
             await self.ingest.spool.append_async(accepted.tables, accepted.rows)
         resp.media = accepted.response
 
+    def reader(self, content_type: str | None) -> tuple[Accept, Decode]:
+        """How this request's body is read: what parses it, and what undoes an encoding
+        of its own after the HTTP ``Content-Encoding`` (none for envelopes)."""
+        return service.accept_envelope, _as_is
+
+
+def _as_is(data: bytes, cap: int) -> bytes:
+    return data
+
 
 class Envelope(_IngestResource):
-    accept = staticmethod(service.accept_envelope)
+    pass
 
 
 class Store(_IngestResource):
-    accept = staticmethod(service.accept_store)
+    def reader(self, content_type: str | None) -> tuple[Accept, Decode]:
+        # As Relay: an envelope posted here (by its content type) is read as one; any
+        # other body is one JSON event, possibly base64 (of zlib) as raven clients send.
+        if (content_type or "").split(";")[0].strip().lower() == ENVELOPE_TYPE:
+            return service.accept_envelope, _as_is
+        return service.accept_store, body.legacy_store_body

@@ -7,11 +7,15 @@ the cap" per step, so memory never grows past the cap however the body is compre
 
 from __future__ import annotations
 
+import base64
+import binascii
+import io
 import zlib
 from collections.abc import Callable
 from typing import IO, Protocol, cast
 
 import brotli
+import orjson
 import zstandard
 
 from errortrack.errors import BadRequest, PayloadTooLarge
@@ -130,6 +134,36 @@ def _read_decoded(stream: Readable, step: Step, cap: int, encoding: str) -> byte
             data = b""
         if not chunk:
             return b"".join(parts)
+
+
+def legacy_store_body(body: bytes, cap: int) -> bytes:
+    """A ``/store/`` body as Relay reads one: JSON as is, or base64 of the JSON, or base64 of
+    zlib-compressed JSON (how raven-python and other pre-envelope clients send events,
+    with no Content-Encoding header). The inflated size is capped like any body.
+
+    Anything that is not base64 is returned unchanged, so that the JSON parser names
+    what is wrong with it; so is JSON that happens to be valid base64 (``null``,
+    ``1234``), refused later as "not a JSON object".
+    """
+    text = body.strip()
+    if not text or text[:1] == b"{":
+        return body
+    try:
+        binary = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return body
+    if binary.lstrip()[:1] == b"{":
+        return binary
+    try:
+        return _read_decoded(io.BytesIO(binary), _zlib_step(zlib.MAX_WBITS), cap, "zlib")
+    except zlib.error as exc:
+        try:
+            orjson.loads(text)  # JSON after all (a scalar): refused as such by the caller
+        except orjson.JSONDecodeError:
+            raise BadRequest(
+                f"body is base64, but neither of JSON nor of zlib-compressed JSON: {exc}"
+            ) from None
+        return body
 
 
 class _CappedInput:

@@ -418,6 +418,68 @@ def test_event_id_is_answered_for_events(state, ingest_client, project):
     )
 
 
+def test_store_reads_the_legacy_body_forms_as_relay_does(state, ingest_client, project, clickhouse):
+    """raven clients post base64 of zlib-compressed JSON (or of plain JSON) to /store/,
+    with no Content-Encoding; an envelope posted there with its content type is read as
+    one. Each is stored; a body that is base64 of neither, or inflates past the cap, is
+    refused and stores nothing."""
+    import base64
+    import zlib
+
+    pid, key = project
+    ids = [f"{n:032x}" for n in range(1, 5)]
+
+    def event(n):
+        return orjson.dumps({"event_id": ids[n], "message": f"legacy {n}", "level": "error"})
+
+    forms = [
+        base64.b64encode(zlib.compress(event(0))),
+        base64.b64encode(event(1)) + b"\n",
+        ENCODERS["gzip"](base64.b64encode(zlib.compress(event(2)))),  # and an HTTP encoding
+    ]
+    for n, body in enumerate(forms):
+        headers = {**sentry_auth(key), **({"Content-Encoding": "gzip"} if n == 2 else {})}
+        resp = _post(ingest_client, pid, body, headers, path="store/")
+        assert resp.status_code == 200 and resp.json == {"id": ids[n]}, resp.text
+    envelope = orjson.dumps({"event_id": ids[3]}) + b'\n{"type":"event"}\n' + event(3) + b"\n"
+    resp = _post(
+        ingest_client,
+        pid,
+        envelope,
+        {**sentry_auth(key), "Content-Type": "application/x-sentry-envelope"},
+        path="store/",
+    )
+    assert resp.status_code == 200 and resp.json == {"id": ids[3]}, resp.text
+
+    not_zlib = base64.b64encode(b"\x00\x01 neither JSON nor zlib \xff")
+    _error(
+        _post(ingest_client, pid, not_zlib, sentry_auth(key), path="store/"),
+        400,
+        "bad_request",
+        "body is base64, but neither of JSON nor of zlib-compressed JSON",
+    )
+    # JSON that is also valid base64 is still refused for what it is.
+    _error(
+        _post(ingest_client, pid, b"null", sentry_auth(key), path="store/"),
+        400,
+        "bad_request",
+        "must be a JSON object",
+    )
+    bomb = base64.b64encode(zlib.compress(b"{" + b" " * (state.settings.max_body_bytes + 1)))
+    assert len(bomb) < state.settings.max_body_bytes
+    _error(
+        _post(ingest_client, pid, bomb, sentry_auth(key), path="store/"),
+        413,
+        "payload_too_large",
+    )
+    state.ingest.writer.drain()
+    stored = clickhouse.query_rows(
+        "SELECT event_id FROM events WHERE project_id = {p:UInt64} ORDER BY event_id",
+        parameters={"p": pid},
+    )
+    assert [str(r[0]).replace("-", "") for r in stored] == ids
+
+
 def test_cors_preflight(ingest_client):
     resp = ingest_client.simulate_options(
         "/api/1/envelope/",
