@@ -75,6 +75,17 @@ VARIANTS: dict[str, Variant] = {
     ),
     "40k-row batches": Variant([], 40_000),
     "20k, beside a busy core": Variant([], 20_000, beside_busy_core=True),
+    # Fewer, wider merges: each row is rewritten fewer times, and more parts wait.
+    "20k, merge_selector_base 10": Variant(
+        ["ALTER TABLE logs MODIFY SETTING merge_selector_base = 10"], 20_000
+    ),
+    "20k, no lower-max-parts heuristic": Variant(
+        [
+            "ALTER TABLE logs MODIFY SETTING"
+            " merge_selector_enable_heuristic_to_lower_max_parts_to_merge_at_once = 0"
+        ],
+        20_000,
+    ),
 }
 # A process that keeps one core busy for as long as it lives.
 _BUSY = "while True:\n    pass"
