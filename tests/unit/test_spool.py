@@ -351,6 +351,39 @@ def test_segment_seals_at_batch_rows_and_writer_deletes_after_insert(tmp_path):
     assert list(spool.dir.glob("*.seg")) == [] and spool.size == 0
 
 
+def test_deleting_an_inserted_segment_does_not_hold_up_appends(tmp_path, monkeypatch):
+    """Deleting a big segment takes milliseconds; requests appended meanwhile are written
+    and synced (their 200s sent) without waiting for it."""
+    spool = _spool(tmp_path, batch_rows=1)
+    spool.append({"logs": b'{"i":0}\n'}, 1)  # a full segment: sealed
+    [inserted] = spool.sealed()
+    entered, release = threading.Event(), threading.Event()
+    unlink = Path.unlink
+
+    def slow_unlink(self, *args, **kwargs):
+        if self == inserted:
+            entered.set()
+            release.wait(10)
+        return unlink(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "unlink", slow_unlink)
+    deleting = threading.Thread(target=spool.done, args=(inserted,))
+    deleting.start()
+    assert entered.wait(5)
+    appending = threading.Thread(target=spool.append, args=({"logs": b'{"i":1}\n'}, 1))
+    appending.start()
+    appending.join(3)
+    appended_meanwhile = not appending.is_alive()
+    release.set()
+    deleting.join(5)
+    appending.join(5)
+    assert appended_meanwhile
+    [later] = spool.sealed()
+    assert later != inserted and not inserted.exists()
+    assert records.decode(later.read_bytes())[0] == {"logs": b'{"i":1}\n'}
+    assert spool.size == later.stat().st_size
+
+
 def test_failed_insert_keeps_the_segment(tmp_path):
     spool = _spool(tmp_path)
 
