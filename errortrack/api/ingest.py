@@ -105,6 +105,6 @@ class Store(_IngestResource):
     def reader(self, content_type: str | None) -> tuple[Accept, Decode]:
         # As Relay: an envelope posted here (by its content type) is read as one; any
         # other body is one JSON event, possibly base64 (of zlib) as raven clients send.
-        if (content_type or "").split(";")[0].strip().lower() == ENVELOPE_TYPE:
+        if falcon.parse_header(content_type or "")[0].lower() == ENVELOPE_TYPE:
             return service.accept_envelope, _as_is
         return service.accept_store, body.legacy_store_body
