@@ -1,11 +1,17 @@
 """Both stores' migrations: relational up and down, ClickHouse applied once each."""
 
+import time
+
 import sqlalchemy as sa
 
 from errortrack import relational
 from errortrack.analytics import ClickHouse
 from errortrack.analytics import migrate as ch_migrate
+from errortrack.logs.filters import AttrFilter, LogFilter
+from errortrack.logs.query import list_logs
 from errortrack.models import Base
+from errortrack.paging import PageRequest
+from tests.logs_data import insert_logs, sdk_log
 from tests.support import scratch_database
 
 APP_TABLES = {t.name for t in Base.metadata.sorted_tables}
@@ -78,5 +84,56 @@ def test_clickhouse_runner_applies_only_new_files(chdb_dir, tmp_path):
             )
         ]
         assert cols == ["x", "y"]
+    finally:
+        store.drop_database()
+
+
+def _wait_for_mutations(store, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while store.query_rows(
+        "SELECT count() FROM system.mutations WHERE database = currentDatabase() AND NOT is_done"
+    )[0][0]:
+        assert time.monotonic() < deadline, "a mutation did not finish"
+        time.sleep(0.05)
+
+
+def test_logs_map_keys_as_string_keeps_stored_logs(chdb_dir, tmp_path):
+    """0012 retypes the typed maps' keys on a table that already holds logs: every row
+    reads back the same, and attribute filters (the indexes and the attr_names
+    projection over mapKeys) find the old rows as well as new ones."""
+    store = ClickHouse(f"chdb://{chdb_dir}", database="test_map_keys")
+    earlier = tmp_path / "ddl"
+    earlier.mkdir()
+    for migration in ch_migrate.load():
+        if migration.name < "0012":
+            (earlier / f"{migration.name}.sql").write_text(migration.sql)
+    columns = (
+        "SELECT name, type FROM system.columns WHERE database = currentDatabase()"
+        " AND table = 'logs' AND name LIKE 'attr\\_%' ORDER BY name"
+    )
+    read = (
+        "SELECT id, attributes, attr_string, attr_int, attr_float, attr_bool FROM logs ORDER BY id"
+    )
+    try:
+        ch_migrate.apply(store, earlier)
+        assert ("attr_int", "Map(LowCardinality(String), Int64)") in store.query_rows(columns)
+        insert_logs(store, 7, [sdk_log("old", user="u1", n=3, ratio=0.5, ok=True)])
+        before = store.query_rows(read)
+
+        assert ch_migrate.apply(store) == ["0012_logs_map_keys_string"]
+        _wait_for_mutations(store)
+        assert store.query_rows(columns) == [
+            ("attr_bool", "Map(String, Bool)"),
+            ("attr_float", "Map(String, Float64)"),
+            ("attr_int", "Map(String, Int64)"),
+            ("attr_string", "Map(String, String)"),
+        ]
+        assert store.query_rows(read) == before
+        insert_logs(store, 7, [sdk_log("new", user="u1", n=3, ratio=0.5, ok=True)])
+        page = PageRequest(per_page=10)
+        for name, value in (("user", "u1"), ("n", "3"), ("ratio", "0.5"), ("ok", "true")):
+            f = LogFilter(attributes=(AttrFilter(name, (value,)),))
+            found = list_logs(store, 7, f, page)
+            assert sorted(item["body"] for item in found["items"]) == ["new", "old"], name
     finally:
         store.drop_database()
