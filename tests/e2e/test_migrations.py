@@ -1,19 +1,26 @@
 """Both stores' migrations: relational up and down, ClickHouse applied once each."""
 
+import datetime as dt
 import time
+from pathlib import Path
 
+import orjson
 import sqlalchemy as sa
 
 from errortrack import relational
 from errortrack.analytics import ClickHouse
 from errortrack.analytics import migrate as ch_migrate
+from errortrack.ingest.envelope import parse
+from errortrack.ingest.items import ItemContext
 from errortrack.logs.filters import AttrFilter, LogFilter
 from errortrack.logs.query import list_logs
 from errortrack.models import Base
 from errortrack.paging import PageRequest
+from errortrack.traces.transactions import handle_transaction
 from tests.logs_data import insert_logs, sdk_log
 from tests.support import scratch_database
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sdk-envelopes"
 APP_TABLES = {t.name for t in Base.metadata.sorted_tables}
 
 
@@ -97,10 +104,25 @@ def _wait_for_mutations(store, timeout=60.0):
         time.sleep(0.05)
 
 
-def test_logs_map_keys_as_string_keeps_stored_logs(chdb_dir, tmp_path):
-    """0012 retypes the typed maps' keys on a table that already holds logs: every row
-    reads back the same, and attribute filters (the indexes and the attr_names
-    projection over mapKeys) find the old rows as well as new ones."""
+def _spans_from_fixture(store):
+    """The span rows ingest makes of a real transaction envelope, inserted as the writer does."""
+    envelope = parse((FIXTURES / "python" / "0009_d_transaction_2_spans.envelope").read_bytes())
+    ctx = ItemContext(7, dt.datetime.now(dt.UTC), 3650, {})
+    rows = [
+        row
+        for headers, payload in envelope.items
+        if headers.get("type") == "transaction"
+        for row in handle_transaction(payload, headers, ctx).spans
+    ]
+    assert rows and any(row["attr_string"] for row in rows)
+    block = b"\n".join(orjson.dumps(row) for row in rows)
+    store.client().raw_insert("spans", insert_block=block, fmt="JSONEachRow")
+
+
+def test_map_keys_as_string_keep_stored_logs_and_spans(chdb_dir, tmp_path):
+    """0012 and 0013 retype the typed maps' keys on tables that already hold rows: every
+    row reads back the same, and attribute filters (the indexes and the attr_names
+    projection over mapKeys) find the old logs as well as new ones."""
     store = ClickHouse(f"chdb://{chdb_dir}", database="test_map_keys")
     earlier = tmp_path / "ddl"
     earlier.mkdir()
@@ -108,27 +130,34 @@ def test_logs_map_keys_as_string_keeps_stored_logs(chdb_dir, tmp_path):
         if migration.name < "0012":
             (earlier / f"{migration.name}.sql").write_text(migration.sql)
     columns = (
-        "SELECT name, type FROM system.columns WHERE database = currentDatabase()"
-        " AND table = 'logs' AND name LIKE 'attr\\_%' ORDER BY name"
+        "SELECT table, name, type FROM system.columns WHERE database = currentDatabase()"
+        " AND table IN ('logs', 'spans') AND name LIKE 'attr\\_%' ORDER BY table, name"
     )
-    read = (
-        "SELECT id, attributes, attr_string, attr_int, attr_float, attr_bool FROM logs ORDER BY id"
+    maps = "attr_string, attr_int, attr_float, attr_bool"
+    reads = (
+        f"SELECT id, attributes, {maps} FROM logs ORDER BY id",
+        f"SELECT span_id, {maps} FROM spans ORDER BY span_id",
     )
     try:
         ch_migrate.apply(store, earlier)
-        assert ("attr_int", "Map(LowCardinality(String), Int64)") in store.query_rows(columns)
+        assert ("logs", "attr_int", "Map(LowCardinality(String), Int64)") in store.query_rows(
+            columns
+        )
         insert_logs(store, 7, [sdk_log("old", user="u1", n=3, ratio=0.5, ok=True)])
-        before = store.query_rows(read)
+        _spans_from_fixture(store)
+        before = [store.query_rows(read) for read in reads]
 
-        assert ch_migrate.apply(store) == ["0012_logs_map_keys_string"]
+        applied = ch_migrate.apply(store)
+        assert applied == ["0012_logs_map_keys_string", "0013_spans_map_keys_string"]
         _wait_for_mutations(store)
         assert store.query_rows(columns) == [
-            ("attr_bool", "Map(String, Bool)"),
-            ("attr_float", "Map(String, Float64)"),
-            ("attr_int", "Map(String, Int64)"),
-            ("attr_string", "Map(String, String)"),
+            (table, f"attr_{name}", f"Map(String, {value})")
+            for table in ("logs", "spans")
+            for name, value in sorted(
+                {"string": "String", "int": "Int64", "float": "Float64", "bool": "Bool"}.items()
+            )
         ]
-        assert store.query_rows(read) == before
+        assert [store.query_rows(read) for read in reads] == before
         insert_logs(store, 7, [sdk_log("new", user="u1", n=3, ratio=0.5, ok=True)])
         page = PageRequest(per_page=10)
         for name, value in (("user", "u1"), ("n", "3"), ("ratio", "0.5"), ("ok", "true")):
