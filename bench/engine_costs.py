@@ -37,10 +37,11 @@ class Variant(NamedTuple):
     beside_busy_core: bool = False
 
 
+# The typed attribute maps: column suffix and value type.
+_MAPS = (("string", "String"), ("int", "Int64"), ("float", "Float64"), ("bool", "Bool"))
 _BLOOMS = ("idx_trace_id", "idx_attr_keys", "idx_attr_int_keys")
 # The body and attributes JSON are most of a row's bytes, and every merge recompresses
 # them: their codec's cost is paid about three times per row.
-_MAPS = (("string", "String"), ("int", "Int64"), ("float", "Float64"), ("bool", "Bool"))
 _CODEC = "ALTER TABLE logs MODIFY COLUMN {} String CODEC({})"
 VARIANTS: dict[str, Variant] = {
     "as migrated": Variant([], 10_000),
