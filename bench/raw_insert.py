@@ -45,7 +45,9 @@ def batches(lines: list[bytes], rows: int) -> list[bytes]:
     return [b"".join(lines[i : i + rows]) for i in range(0, len(lines), rows)]
 
 
-def sustained(client: Any, blocks: list[bytes], seconds: float) -> tuple[int, float, float]:
+def sustained(
+    client: Any, blocks: list[bytes], seconds: float, table: str = "logs"
+) -> tuple[int, float, float]:
     """Insert ``blocks`` in turn, one raw insert each, for ``seconds`` without a pause:
     (rows inserted, seconds taken, CPU seconds of this process meanwhile: the insert
     and the engine's background merges).
@@ -65,7 +67,7 @@ def sustained(client: Any, blocks: list[bytes], seconds: float) -> tuple[int, fl
     while time.perf_counter() - start < seconds:
         block = blocks[n % len(blocks)]
         client.raw_insert(
-            "logs",
+            table,
             insert_block=block,
             fmt="JSONEachRow",
             settings={**INSERT_SETTINGS, "insert_deduplication_token": f"raw-{prefix}-{n}"},

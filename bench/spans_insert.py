@@ -15,20 +15,16 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import resource
 import tempfile
-import time
-import uuid
 from pathlib import Path
 
 import orjson
 
-from bench.raw_insert import in_child
+from bench.raw_insert import in_child, sustained
 from errortrack.analytics import ClickHouse
 from errortrack.analytics import migrate as ch_migrate
 from errortrack.ingest.envelope import parse
 from errortrack.ingest.items import ItemContext
-from errortrack.spool.writer import INSERT_SETTINGS
 from errortrack.traces.transactions import handle_transaction
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "sdk-envelopes"
@@ -61,23 +57,7 @@ def _run(low_cardinality_keys: bool, seconds: float) -> tuple[float, float]:
             )
     lines = _span_lines()
     block = b"".join(lines[i % len(lines)] for i in range(BATCH_ROWS))
-    client = store.client()
-    prefix = uuid.uuid4().hex[:8]
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    start = time.perf_counter()
-    rows = n = 0
-    while time.perf_counter() - start < seconds:
-        client.raw_insert(
-            "spans",
-            insert_block=block,
-            fmt="JSONEachRow",
-            settings={**INSERT_SETTINGS, "insert_deduplication_token": f"spans-{prefix}-{n}"},
-        )
-        rows += BATCH_ROWS
-        n += 1
-    elapsed = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    rows, elapsed, cpu = sustained(store.client(), [block], seconds, table="spans")
     return rows / elapsed, cpu / rows * 1e6
 
 
