@@ -277,11 +277,7 @@ class Spool:
 
     def _write_locked(self, record: list[bytes], rows: int) -> _Segment:
         if self._current is None:
-            assert self.dir is not None
-            name = f"{time.time_ns():020d}-{secrets.token_hex(4)}{SUFFIX}"
-            self._current = _Segment(self.dir / name)
-            # The file's own fdatasync does not make its directory entry durable.
-            ownership.fsync_dir(self.dir)
+            self._current = self._new_segment()
         seg = self._current
         size = sum(map(len, record))
         try:
@@ -289,16 +285,47 @@ class Spool:
             if written != size:
                 raise OSError(f"short write ({written} of {size} bytes)")
         except OSError as exc:
-            # Cut the partial record off so that later records stay readable.
-            os.ftruncate(seg.fd, seg.size)
-            raise Unavailable(
-                f"the ingest spool cannot write: {exc}", retry_after=self.retry_after
-            ) from None
+            self._cut_torn_locked(seg)
+            raise self._cannot_write(exc) from None
         seg.size += size
         seg.rows += rows
         self._bytes += size
         self._written += 1
         return seg
+
+    def _new_segment(self) -> _Segment:
+        assert self.dir is not None
+        path = self.dir / f"{time.time_ns():020d}-{secrets.token_hex(4)}{SUFFIX}"
+        try:
+            seg = _Segment(path)
+        except OSError as exc:  # no space or inodes left, out of file descriptors
+            raise self._cannot_write(exc) from None
+        try:
+            # The file's own fdatasync does not make its directory entry durable, so a
+            # segment whose entry could not be synced takes no records: a power cut
+            # could lose the file with every record acknowledged in it.
+            ownership.fsync_dir(self.dir)
+        except OSError as exc:
+            os.close(seg.fd)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise self._cannot_write(exc) from None
+        return seg
+
+    def _cut_torn_locked(self, seg: _Segment) -> None:
+        """After a failed or short write (a full disk): cut the partial record off, so
+        that the records written after it stay readable (reading stops at a torn one)."""
+        try:
+            os.ftruncate(seg.fd, seg.size)
+        except OSError:
+            # The torn bytes stay: seal the segment here, so that nothing is written
+            # after them (what is before them is intact, and the writer inserts it).
+            log.exception("spool: cutting a torn record off failed; sealing its segment")
+            with contextlib.suppress(OSError):  # a failed seal fails what it covered
+                self._seal_locked()
+
+    def _cannot_write(self, exc: OSError) -> Unavailable:
+        return Unavailable(f"the ingest spool cannot write: {exc}", retry_after=self.retry_after)
 
     def _sync(self) -> None:
         """Sync everything written so far (``_syncing`` is ours), then wake the waiters it

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -508,3 +509,112 @@ def test_decode_row_leaves_a_trailing_payload_raw_and_round_trips():
     old = orjson.dumps({"project_id": 1, "payload": "{}", "retention_days": 30})
     assert decode_row(old) == orjson.loads(old)
     assert decode_row(b'{"a":1}') == {"a": 1}
+
+
+# A full disk, for real: the child process may grow no file past a limit
+# (RLIMIT_FSIZE; Python ignores SIGXFSZ, so a write past it is short, then fails with
+# EFBIG, as one on a full disk is short, then fails with ENOSPC), or open no more files
+# (RLIMIT_NOFILE). In a child, so that no file of pytest's meets the limits.
+_LIMITED_CHILD = r"""
+import asyncio, json, os, resource, sys
+from pathlib import Path
+from errortrack.errors import Unavailable
+from errortrack.spool import records
+from errortrack.spool.segments import Spool
+
+root, case = Path(sys.argv[1]), sys.argv[2]
+spool = Spool(root, max_bytes=10**9, batch_rows=10**6)
+spool.open()
+loop = asyncio.new_event_loop()  # made before any limit: it needs descriptors of its own
+acked, refused = [], []
+
+def send(n):
+    try:
+        line = b'{"n":%d,"pad":"%s"}\n' % (n, b"x" * 1000)
+
+        async def durable():
+            await spool.append_async({"logs": line}, 1)
+
+        loop.run_until_complete(durable())
+        acked.append(n)
+    except Unavailable as exc:
+        refused.append(str(exc))
+
+def limited(which, soft, sends):
+    old = resource.getrlimit(which)
+    resource.setrlimit(which, (soft, old[1]))
+    try:
+        for n in sends:
+            send(n)
+    finally:
+        resource.setrlimit(which, old)
+
+send(0)
+if case == "file size":
+    limited(resource.RLIMIT_FSIZE, 16384, range(1, 40))
+elif case == "file size, no cut":
+    def refuse(fd, length):
+        raise OSError(5, "injected: cannot truncate")
+    os.ftruncate = refuse
+    limited(resource.RLIMIT_FSIZE, 16384, range(1, 40))
+else:  # descriptors
+    spool.seal()  # the next record needs a new segment
+    lowest = os.dup(0)
+    os.close(lowest)
+    limited(resource.RLIMIT_NOFILE, lowest, [1])  # none left for the segment
+    limited(resource.RLIMIT_NOFILE, lowest + 1, [2])  # one: none to sync its directory
+send(100)
+spool.seal()
+stored, torn = [], 0
+for path in spool.sealed():
+    data = path.read_bytes()
+    tables, intact = records.decode(data)
+    stored += [json.loads(line)["n"] for line in bytes(tables.get("logs", b"")).splitlines()]
+    torn += len(data) - intact
+print(json.dumps({"acked": acked, "refused": refused, "stored": stored, "torn": torn,
+                  "files": sorted(p.name for p in spool.dir.iterdir())}))
+"""
+
+
+def _limited(tmp_path: Path, case: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", _LIMITED_CHILD, str(tmp_path), case],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_a_full_disk_refuses_requests_with_503_and_keeps_every_acknowledged_record(tmp_path):
+    got = _limited(tmp_path, "file size")
+    # Records fit until the file reaches the limit; from there every append is refused
+    # (a 503 with Retry-After at the endpoint), and one after the space is back lands.
+    assert 5 < len(got["acked"]) < 20
+    assert got["acked"] == [*range(len(got["acked"]) - 1), 100]
+    assert len(got["refused"]) == 40 - len(got["acked"]) + 1
+    assert all("the ingest spool cannot write: " in why for why in got["refused"])
+    # Each partial record was cut off, so the one written after them is read back.
+    assert got["stored"] == got["acked"]
+    assert got["torn"] == 0
+
+
+def test_a_partial_record_that_cannot_be_cut_off_ends_its_segment(tmp_path):
+    got = _limited(tmp_path, "file size, no cut")
+    # The torn bytes stay at the end of a sealed segment, and the next record goes into
+    # a new one: every acknowledged record is still read back.
+    assert got["acked"][-1] == 100 and len(got["acked"]) > 5
+    assert got["stored"] == got["acked"]
+    assert got["torn"] > 0
+
+
+def test_a_segment_that_cannot_be_made_durable_takes_no_records(tmp_path):
+    got = _limited(tmp_path, "descriptors")
+    assert got["acked"] == [0, 100]
+    assert len(got["refused"]) == 2
+    assert all("the ingest spool cannot write: " in why for why in got["refused"])
+    assert "Too many open files" in got["refused"][0]
+    # The segment whose directory entry could not be synced was removed, not reused.
+    assert len([name for name in got["files"] if name.endswith(".seg")]) == 2
+    assert got["stored"] == [0, 100]
