@@ -96,7 +96,7 @@ def read_body(stream: Readable, encoding: str | None, cap: int) -> bytes:
         if encoding == "zstd":
             return _read_zstd(stream, cap)
         assert factory is not None
-        return _read_decoded(stream, factory(), cap, encoding)
+        return _read_decoded(stream, factory(), cap)
     except (zlib.error, brotli.error, zstandard.ZstdError) as exc:
         raise BadRequest(f"body is not valid {encoding}: {exc}") from None
 
@@ -116,7 +116,7 @@ def _read_plain(stream: Readable, cap: int) -> bytes:
     return b"".join(parts)
 
 
-def _read_decoded(stream: Readable, step: Step, cap: int, encoding: str) -> bytes:
+def _read_decoded(stream: Readable, step: Step, cap: int) -> bytes:
     parts: list[bytes] = []
     size = read = 0
     while True:
@@ -155,7 +155,7 @@ def legacy_store_body(body: bytes, cap: int) -> bytes:
     if binary.lstrip()[:1] == b"{":
         return binary
     try:
-        return _read_decoded(io.BytesIO(binary), _zlib_step(zlib.MAX_WBITS), cap, "zlib")
+        return _read_decoded(io.BytesIO(binary), _zlib_step(zlib.MAX_WBITS), cap)
     except zlib.error as exc:
         try:
             orjson.loads(text)  # JSON after all (a scalar): refused as such by the caller
