@@ -38,7 +38,7 @@ class Variant(NamedTuple):
 
 
 # The typed attribute maps: column suffix and value type.
-_MAPS = (("string", "String"), ("int", "Int64"), ("float", "Float64"), ("bool", "Bool"))
+MAPS = (("string", "String"), ("int", "Int64"), ("float", "Float64"), ("bool", "Bool"))
 _BLOOMS = ("idx_trace_id", "idx_attr_keys", "idx_attr_int_keys")
 # The body and attributes JSON are most of a row's bytes, and every merge recompresses
 # them: their codec's cost is paid about three times per row.
@@ -81,7 +81,7 @@ VARIANTS: dict[str, Variant] = {
     "20k, LowCardinality map keys": Variant(
         [
             f"ALTER TABLE logs MODIFY COLUMN attr_{name} Map(LowCardinality(String), {value})"
-            for name, value in _MAPS
+            for name, value in MAPS
         ],
         20_000,
     ),

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import orjson
 
+from bench.engine_costs import MAPS
 from bench.raw_insert import in_child, sustained
 from errortrack.analytics import ClickHouse
 from errortrack.analytics import migrate as ch_migrate
@@ -32,7 +33,6 @@ ENVELOPES = (
     "python/0009_d_transaction_2_spans.envelope",
     "node/0036_d_transaction_2_spans.envelope",
 )
-MAPS = (("string", "String"), ("int", "Int64"), ("float", "Float64"), ("bool", "Bool"))
 BATCH_ROWS = 20_000
 
 
