@@ -23,7 +23,9 @@ from tests.support import Server, scratch_database, server_env
 
 pytestmark = pytest.mark.e2e
 
-FULL = 4096  # bytes a file may hold while the disk is "full": less than one request's record
+# Bytes a file may hold while the disk is "full": less than one request's record (20 logs
+# of ~500 bytes), so that no request fits, not even into a segment started meanwhile.
+FULL = 4096
 
 
 def _worker(pid: int) -> int:
@@ -38,7 +40,7 @@ def _worker(pid: int) -> int:
 
 
 def _send(client: httpx.Client, url: str, pid: int, key: str, name: str) -> tuple[int, list[str]]:
-    bodies = [f"{name}-{i}" for i in range(20)]
+    bodies = [f"{name}-{i} " + "x" * 500 for i in range(20)]
     logs = [{"timestamp": time.time(), "level": "info", "body": b} for b in bodies]
     resp = client.post(
         f"{url}/api/{pid}/envelope/", content=log_envelope(logs), headers=sentry_auth(key)
