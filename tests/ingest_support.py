@@ -6,6 +6,7 @@ import gzip
 import os
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -123,3 +124,15 @@ def stored_logs(data_dir: Path, project_id: int) -> list[dict[str, Any]]:
         data_dir,
         f"SELECT {LOG_COLUMNS} FROM logs WHERE project_id = {int(project_id)} ORDER BY timestamp",
     )
+
+
+def spool_empty(data_dir: Path) -> bool:
+    """No segment left in any worker's spool under the server's data dir."""
+    return not list((data_dir / "spool").glob("*/*.seg"))
+
+
+def wait_spool_empty(data_dir: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not spool_empty(data_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert spool_empty(data_dir), "the spool did not drain"

@@ -134,6 +134,12 @@ class Server:
         self.stop()
         raise RuntimeError(f"server not ready in {timeout}s:\n{self.log()}")
 
+    def workers(self) -> list[int]:
+        """The pids of gunicorn's workers: the serve process's children."""
+        assert self.proc is not None
+        pid = self.proc.pid
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 

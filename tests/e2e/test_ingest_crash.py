@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.ingest_support import create_project_in, log_envelope, query_data_dir, sentry_auth
+from tests.ingest_support import (
+    create_project_in,
+    log_envelope,
+    query_data_dir,
+    sentry_auth,
+    spool_empty,
+    wait_spool_empty,
+)
 from tests.support import Server, scratch_database, server_env
 
 pytestmark = pytest.mark.e2e
@@ -39,10 +45,6 @@ def _sender(
             n += 1
 
 
-def _spool_empty(data: Path) -> bool:
-    return not list((data / "spool").glob("*/*.seg"))
-
-
 def test_sigkill_loses_and_duplicates_nothing_acknowledged(tmp_path):
     data = tmp_path / "data"
     with scratch_database(tmp_path) as url:
@@ -66,13 +68,10 @@ def test_sigkill_loses_and_duplicates_nothing_acknowledged(tmp_path):
         for t in threads:
             t.join(10)
         assert len(acked) > 500
-        assert not _spool_empty(data)  # something really was left to replay
+        assert not spool_empty(data)  # something really was left to replay
         restarted = Server(env).start()
         try:
-            deadline = time.monotonic() + 60
-            while not _spool_empty(data) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert _spool_empty(data)
+            wait_spool_empty(data)
         finally:
             restarted.stop()
     rows = query_data_dir(

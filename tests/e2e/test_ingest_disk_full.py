@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import resource
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.ingest_support import create_project_in, log_envelope, query_data_dir, sentry_auth
+from tests.ingest_support import (
+    create_project_in,
+    log_envelope,
+    query_data_dir,
+    sentry_auth,
+    wait_spool_empty,
+)
 from tests.support import Server, scratch_database, server_env
 
 pytestmark = pytest.mark.e2e
@@ -26,17 +31,6 @@ pytestmark = pytest.mark.e2e
 # Bytes a file may hold while the disk is "full": less than one request's record (20 logs
 # of ~500 bytes), so that no request fits, not even into a segment started meanwhile.
 FULL = 4096
-
-
-def _worker(pid: int) -> int:
-    """The gunicorn worker: the serve process's one child."""
-    children = [
-        int(child)
-        for task in Path(f"/proc/{pid}/task").iterdir()
-        for child in (task / "children").read_text().split()
-    ]
-    assert len(children) == 1, children
-    return children[0]
 
 
 def _send(client: httpx.Client, url: str, pid: int, key: str, name: str) -> tuple[int, list[str]]:
@@ -59,8 +53,7 @@ def test_a_full_disk_answers_503_and_loses_nothing_acknowledged(tmp_path):
         env = server_env(data, url, ERRORTRACK_WRITER_MAX_AGE_MS="300")
         server = Server(env).start()
         try:
-            assert server.proc is not None
-            worker = _worker(server.proc.pid)
+            (worker,) = server.workers()
             pid, key = create_project_in(url)
             acked: list[str] = []
             statuses: list[int] = []
@@ -88,11 +81,8 @@ def test_a_full_disk_answers_503_and_loses_nothing_acknowledged(tmp_path):
                     send(f"after-{n}")
             # Every request while the disk was full was refused, and only those.
             assert statuses == [200] * 10 + [503] * 20 + [200] * 10
-            deadline = time.monotonic() + 60
-            while list((data / "spool").glob("*/*.seg")) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert not list((data / "spool").glob("*/*.seg"))
-            assert server.proc.poll() is None  # still serving
+            wait_spool_empty(data)
+            assert server.proc is not None and server.proc.poll() is None  # still serving
         finally:
             server.stop()
     rows = query_data_dir(
