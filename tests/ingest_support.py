@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,14 @@ def spooled_log_line(project_id: int, body: str, at: float, **changes: Any) -> b
 
 def sentry_auth(key: str) -> dict[str, str]:
     return {"X-Sentry-Auth": f"Sentry sentry_key={key}, sentry_version=7, sentry_client=test/1.0"}
+
+
+def ingest_auth(sessions: Callable[[], Session], project_id: int) -> dict[str, str]:
+    """The auth header for a project's active key, read from the relational store."""
+    with sessions() as session:
+        key = active_key(session, project_id)
+        assert key is not None
+        return sentry_auth(key.public_key)
 
 
 def create_project_in(database_url: str, name: str = "e2e") -> tuple[int, str]:

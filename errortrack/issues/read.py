@@ -9,13 +9,12 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-import orjson
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from errortrack.analytics import ClickHouse
 from errortrack.errors import ValidationError
-from errortrack.logs.query import iso_utc
+from errortrack.logs.query import iso_utc, stored_json
 from errortrack.models import ISSUE_STATUSES, Issue
 from errortrack.paging import PageRequest, page_body, parse_choices
 
@@ -94,7 +93,7 @@ def issue_events(
             "ORDER BY timestamp DESC, event_id DESC LIMIT {limit:UInt32} OFFSET {offset:UInt64}",
             {**params, "limit": page.per_page, "offset": page.offset},
         )
-        items = [{**event_item(row[:-1]), "payload": _payload(row[-1])} for row in rows]
+        items = [{**event_item(row[:-1]), "payload": stored_json(row[-1])} for row in rows]
     return page_body(items, total, page)
 
 
@@ -120,9 +119,3 @@ def event_item(row: tuple[Any, ...]) -> dict[str, Any]:
 
 def _hex(value: uuid.UUID | str) -> str:
     return value.hex if isinstance(value, uuid.UUID) else str(value).replace("-", "")
-
-
-def _payload(text: str) -> Any:
-    # Stored as received and checked to be a JSON object at ingest; an empty column
-    # (rows written by hand) reads as an empty object.
-    return orjson.loads(text) if text else {}

@@ -11,6 +11,7 @@ import pytest
 from errortrack.app import create_app
 from errortrack.server import create_server_app
 from errortrack.state import AppState
+from tests.access_world import build_world
 from tests.ingest_support import make_project
 
 
@@ -37,3 +38,11 @@ def openapi_app(state) -> falcon.App:
             on, engine=state.engine, clickhouse=state.clickhouse, clock=state.clock
         )
     )
+
+
+@pytest.fixture
+def ingest_world(state, client):
+    """Callers with their tokens and a project (tests.access_world) on the app as served:
+    SDK ingest and the management API together."""
+    yield build_world(state, client)
+    state.ingest.writer.spool.close()

@@ -5,10 +5,12 @@ until the seventh session (test_ingest_http.py covers it with spans)."""
 
 from __future__ import annotations
 
+import json
+
 import orjson
 import pytest
 
-from tests.ingest_support import sentry_auth
+from tests.ingest_support import ingest_auth, sentry_auth
 
 BIG = b"1" + b"0" * 400  # an integer literal no 64-bit or double type holds
 
@@ -56,3 +58,52 @@ def test_an_accepted_log_always_inserts(name, state, ingest_client, project, cli
     state.ingest.writer.drain()
     count = clickhouse.command(f"SELECT count() FROM logs WHERE project_id = {pid}")
     assert int(count) == 1
+
+
+# Integer literals orjson cannot give back: beyond 64 bits it reads a float, beyond a
+# double's range nothing (it raises). Both are JSON, msgspec takes both, and a log
+# stores its attributes as sent.
+BEYOND_64_BITS = b"18446744073709551616"
+BEYOND_DOUBLE = BIG
+NUMBERS = b'{"a":{"value":' + BEYOND_64_BITS + b',"type":"integer"},"b":{"value":[' + BEYOND_DOUBLE
+NUMBERS += (
+    b'],"type":"array"},"c":{"value":1e5,"type":"double"},"d":{"value":-0.0,"type":"double"}}'
+)
+
+
+def test_attributes_read_back_as_the_bytes_sent(ingest_world):
+    """Found in the fifteenth session: one log holding an integer beyond a double's
+    range made every logs page that held it a 500, and integers beyond 64 bits came
+    back as floats; the API now returns the stored bytes as they are."""
+    world = ingest_world
+    pid = world.project_id
+    log = b'{"body":"big","attributes":' + NUMBERS + b"}"
+    resp = world.client.simulate_post(
+        f"/api/{pid}/envelope/",
+        body=_raw_log_envelope(log),
+        headers=ingest_auth(world.factory, pid),
+    )
+    assert resp.status_code == 200, resp.text
+    world.state.ingest.writer.drain()
+    for path in (f"/api/projects/{pid}/logs", f"/api/projects/{pid}/logs?q=big"):
+        page = world.call("viewer", "GET", path)
+        assert page.status_code == 200, page.text
+        assert b'"attributes":' + NUMBERS + b"," in page.content
+        assert json.loads(page.text)["items"][0]["attributes"] == json.loads(NUMBERS)
+
+
+def test_event_payload_reads_back_as_the_bytes_sent(ingest_world):
+    world = ingest_world
+    pid = world.project_id
+    event = b'{"event_id":"' + b"e" * 32 + b'","message":"big","extra":{"n":' + BEYOND_64_BITS
+    event += b',"f":1e5}}'
+    body = b'{"event_id":"' + b"e" * 32 + b'"}\n{"type":"event"}\n' + event + b"\n"
+    resp = world.client.simulate_post(
+        f"/api/{pid}/envelope/", body=body, headers=ingest_auth(world.factory, pid)
+    )
+    assert resp.status_code == 200, resp.text
+    world.state.ingest.writer.drain()
+    (issue,) = world.call("viewer", "GET", f"/api/projects/{pid}/issues").json["items"]
+    page = world.call("viewer", "GET", f"/api/projects/{pid}/issues/{issue['id']}/events")
+    assert page.status_code == 200, page.text
+    assert b'"payload":' + event in page.content
