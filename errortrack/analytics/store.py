@@ -7,7 +7,9 @@ its own client because one shared client serialises every call (ARCHITECTURE.md)
 
 from __future__ import annotations
 
+import tempfile
 import threading
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -15,6 +17,22 @@ import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
 DEFAULT_DATABASE = "errortrack"
+
+
+def engine_temp_files(path: Path) -> None:
+    """Put the process's temporary files in the embedded engine's own ``tmp`` directory.
+
+    clickhouse-connect's chDB backend copies every insert into a temporary file for
+    ``INSERT ... FROM INFILE`` (a 20k-row batch of logs is ~27 MB), in the system's
+    temp dir: a small or full ``/tmp`` (a tmpfs, systemd's PrivateTmp) then stopped
+    every insert while the data disk had room, and on a tmpfs each batch sat in RAM.
+    Beside the data they share its disk, and its space, with the spool, whose full-disk
+    answer (503) then covers both. chDB is one engine per process, so setting the
+    process-wide default here is setting it for that engine; the engine clears its
+    ``tmp`` directory when it starts, which also removes a file left by a crash."""
+    temp = path / "tmp"
+    temp.mkdir(parents=True, exist_ok=True)
+    tempfile.tempdir = str(temp)
 
 
 class ClickHouse:
@@ -35,6 +53,7 @@ class ClickHouse:
     def _connect(self, database: str | None) -> Client:
         if self.embedded:
             path = urlsplit(self.url).path
+            engine_temp_files(Path(path))
             return clickhouse_connect.get_client(dsn=f"chdb://{path}", database=database or "")
         parts = urlsplit(self.url)
         return clickhouse_connect.get_client(

@@ -12,6 +12,8 @@ cannot be written: the insert fails and is retried until the space is back).
 from __future__ import annotations
 
 import resource
+import subprocess
+import sys
 import time
 
 import httpx
@@ -91,3 +93,57 @@ def test_a_full_disk_answers_503_and_loses_nothing_acknowledged(tmp_path):
     counts = {r["body"]: int(r["n"]) for r in rows}
     assert counts == dict.fromkeys(acked, 1)
     assert len(acked) == 20 * 20
+
+
+_INSERT_FILES = """
+import os, sys, time
+from pathlib import Path
+from errortrack.analytics import ClickHouse
+from errortrack.analytics import migrate
+from errortrack.spool.writer import clickhouse_insert
+
+data = Path(sys.argv[1])
+(data / "tmp").mkdir(parents=True)
+(data / "tmp" / "tmp-left-by-a-crash.raw").write_bytes(b"x" * 100)
+store = ClickHouse(f"chdb://{data}", database="t")
+migrate.apply(store)
+print("left", (data / "tmp" / "tmp-left-by-a-crash.raw").exists())
+opened = []
+sys.addaudithook(
+    lambda event, args: opened.append(args[0])
+    if event == "open" and isinstance(args[0], str) and args[0].endswith(".raw") else None
+)
+# Dated now and kept 30 days: the TTL is timestamp + retention_days on the real clock, and
+# a part all expired (retention_days defaults to 0) may be dropped before the count.
+now = time.time()
+row = (
+    b'{"project_id":1,"timestamp":%f,"ingested_at":%f,"level":"info","body":"b",'
+    b'"retention_days":30}' % (now, now)
+)
+clickhouse_insert(store)("logs", row + b"\\n", "token-1")
+print("rows", store.command("SELECT count() FROM logs"))
+for path in opened:
+    print("opened", path, os.path.exists(path))
+"""
+
+
+def test_the_engines_insert_files_live_beside_its_data(tmp_path):
+    """The chDB client's per-insert temporary file goes in the engine's own tmp directory,
+    not the system's (/tmp may be a small tmpfs), and one left by a crash is cleared
+    when the engine opens. Run in a child: chDB is one engine per process, and an audit
+    hook, which sees every file Python opens, cannot be removed."""
+    data = tmp_path / "clickhouse"
+    out = subprocess.run(
+        [sys.executable, "-c", _INSERT_FILES, str(data)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.splitlines()
+    assert "left False" in out
+    assert "rows 1" in out
+    opened = [line.split() for line in out if line.startswith("opened")]
+    assert opened, out  # the insert did pass through a file
+    for _, path, exists in opened:
+        assert path.startswith(f"{data}/tmp/"), path
+        assert exists == "False", path  # removed after the insert
