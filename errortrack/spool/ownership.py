@@ -23,7 +23,13 @@ def adopt_orphans(root: Path, own: Path, suffix: str, *, markers: str = "") -> l
     for other in sorted(root.glob("w-*")):
         if other == own or not other.is_dir():
             continue
-        fd = lock(other)
+        try:
+            fd = lock(other)
+        except FileNotFoundError:
+            # Another worker starting at the same moment adopted it and removed it
+            # after the check above: nothing is left to adopt, and failing here would
+            # fail this worker's boot (gunicorn then stops the whole server).
+            continue
         if fd is None:
             continue  # a live process owns it
         try:

@@ -129,7 +129,9 @@ class Spool:
         with self._cond:
             if self.dir is not None:
                 return
-            self.root.mkdir(parents=True, exist_ok=True)
+            if not self.root.is_dir():
+                self.root.mkdir(parents=True, exist_ok=True)
+                ownership.fsync_dir(self.root.parent)
             # Created under a name other processes ignore, locked, then renamed: a worker
             # starting at the same moment must never see it unlocked and adopt it.
             name = f"w-{os.getpid()}-{secrets.token_hex(4)}"
@@ -138,6 +140,9 @@ class Spool:
             self._lock_file = ownership.lock(staging)
             assert self._lock_file is not None
             self.dir = staging.rename(self.root / name)
+            # The rename durable before any segment is written: after a power cut the
+            # directory must come back as w-*, the only name adoption looks for.
+            ownership.fsync_dir(self.root)
             self._adopt_orphans()
 
     def close(self) -> None:
@@ -260,14 +265,10 @@ class Spool:
             self._sync()
         except Unavailable:  # the requests it covered have been failed with it
             return
-        try:
-            with self._cond:
-                seg = self._current
-                if seg is not None and seg.rows >= self.batch_rows:
-                    self._seal_locked()
-        except OSError:
-            # The records are durable all the same; the writer seals by age later.
-            log.exception("spool: sealing a full segment failed")
+        with self._cond:
+            seg = self._current
+            if seg is not None and seg.rows >= self.batch_rows:
+                self._seal_locked()
 
     def _full(self) -> Unavailable:
         return Unavailable(
@@ -321,8 +322,7 @@ class Spool:
             # The torn bytes stay: seal the segment here, so that nothing is written
             # after them (what is before them is intact, and the writer inserts it).
             log.exception("spool: cutting a torn record off failed; sealing its segment")
-            with contextlib.suppress(OSError):  # a failed seal fails what it covered
-                self._seal_locked()
+            self._seal_locked()
 
     def _cannot_write(self, exc: OSError) -> Unavailable:
         return Unavailable(f"the ingest spool cannot write: {exc}", retry_after=self.retry_after)
@@ -341,6 +341,13 @@ class Spool:
         except OSError as exc:
             with self._cond:
                 error = self._fail_covered_locked(target, exc)
+                if seg is not None and self._current is seg:
+                    # Nothing more goes in this file: its failed records may be a hole
+                    # on disk (pages the kernel dropped; zeros after a crash), reading
+                    # stops at a record that fails its checksum, and a record
+                    # acknowledged after them would be lost. Those before were
+                    # acknowledged by earlier syncs and are intact.
+                    self._hand_over_locked(seg)
             raise error from None
         finally:
             with self._cond:
@@ -360,6 +367,15 @@ class Spool:
         error = Unavailable(f"the ingest spool cannot sync: {exc}", retry_after=self.retry_after)
         self._wake_locked(target, error)
         return error
+
+    def _hand_over_locked(self, seg: _Segment) -> None:
+        """Close ``seg`` (nothing more is written to it) and queue it for the writer."""
+        if self._current is seg:
+            self._current = None
+        with contextlib.suppress(OSError):
+            os.close(seg.fd)
+        self._sealed.append(seg.path)
+        self._cond.notify_all()
 
     def _release_durable_locked(self) -> None:
         self._wake_locked(self._synced, None)
@@ -386,19 +402,25 @@ class Spool:
         finally:
             self._sealers -= 1
         target = self._written
-        try:
-            seg, self._current = self._current, None
-            if seg is not None:
-                os.fdatasync(seg.fd)
-                os.close(seg.fd)
-                self._synced = target
-                self._sealed.append(seg.path)
-                self._cond.notify_all()
-        except OSError as exc:
-            self._fail_covered_locked(target, exc)
-            raise
-        finally:
+        seg = self._current
+        if seg is None:
             self._release_durable_locked()
+            return
+        try:
+            os.fdatasync(seg.fd)
+        except OSError as exc:
+            # Its requests fail (503); the segment goes to the writer all the same, or
+            # the records acknowledged before in it would wait for the next start, and
+            # its bytes count against the cap until then. Not raised: the callers (the
+            # writer's age seal, stop, close) can do nothing more about it.
+            log.error("spool: syncing a segment to seal it failed: %s", exc)
+            self._fail_covered_locked(target, exc)
+            self._hand_over_locked(seg)
+            self._release_durable_locked()
+            return
+        self._synced = target
+        self._hand_over_locked(seg)
+        self._release_durable_locked()
 
     def seal_due(self, max_age: float) -> None:
         with self._cond:

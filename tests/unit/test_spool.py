@@ -232,6 +232,72 @@ def test_a_failed_sync_fails_the_request_that_waits_for_it(tmp_path, monkeypatch
     spool.close()
 
 
+def _failing_once(monkeypatch: pytest.MonkeyPatch, call: int) -> None:
+    """The ``call``-th fdatasync from now fails with EIO, the others sync."""
+    real = os.fdatasync
+    calls = {"n": 0}
+
+    def fdatasync(fd: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == call:
+            raise OSError(5, "injected: disk error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+
+
+def test_a_failed_sync_ends_its_segment_so_no_acknowledged_record_follows_a_hole(
+    tmp_path, monkeypatch
+):
+    # Linux may drop the pages of a failed writeback and let the next fdatasync succeed:
+    # on disk the failed record is then zeros, and reading a segment stops at a record
+    # that fails its checksum. What is acknowledged after it must not be in that file.
+    spool = _spool(tmp_path)
+    spool.append({"logs": b'{"i":1}\n'}, 1)
+    path = spool._current.path  # type: ignore[union-attr]
+    start = path.stat().st_size
+    _failing_once(monkeypatch, 1)
+    with pytest.raises(Unavailable, match="cannot sync"):
+        spool.append({"logs": b'{"i":2,"pad":"%s"}\n' % (b"x" * 20000)}, 1)
+    end = path.stat().st_size
+    for i in range(3, 8):
+        spool.append({"logs": b'{"i":%d}\n' % i}, 1)
+    spool.close()
+    # What the disk may hold after a crash: the pages wholly inside the failed record
+    # never written.
+    page = 4096
+    first_page, last_page = (start + page - 1) // page * page, end // page * page
+    assert last_page > first_page
+    with path.open("r+b") as f:
+        f.seek(first_page)
+        f.write(b"\0" * (last_page - first_page))
+    replay = Spool(tmp_path, max_bytes=10**9, batch_rows=1000)
+    replay.open()
+    found = [
+        json.loads(line)["i"]
+        for path in replay.sealed()
+        for line in records.decode(path.read_bytes())[0].get("logs", b"").splitlines()
+    ]
+    assert sorted(found) == [1, 3, 4, 5, 6, 7]
+    replay.close()
+
+
+def test_a_failed_seal_hands_its_segment_to_the_writer(tmp_path, monkeypatch):
+    # Not left off the books until the next start: the records acknowledged in it before
+    # are inserted now, and its bytes stop counting against the cap once they are.
+    spool = _spool(tmp_path)
+    spool.append({"logs": b'{"i":1}\n'}, 1)
+    _failing_once(monkeypatch, 1)
+    spool.seal()  # its fdatasync fails: logged, not raised (stop and close go on)
+    spool.append({"logs": b'{"i":2}\n'}, 1)
+    inserted: list[bytes] = []
+    writer = Writer(spool, lambda table, data, token: inserted.extend(data.splitlines()))
+    writer.drain()
+    assert sorted(inserted) == [b'{"i":1}', b'{"i":2}']
+    assert spool.pending() == 0 and spool.size == 0
+    spool.close()
+
+
 def _wait_queued(spool: Spool, n: int) -> None:
     """Until ``n`` records wait in the syncer thread's queue (it is busy syncing)."""
     deadline = time.monotonic() + 10
@@ -479,6 +545,31 @@ def test_workers_starting_together_never_adopt_each_other(tmp_path):
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_an_orphan_adopted_by_another_worker_meanwhile_is_skipped(tmp_path, monkeypatch):
+    # Workers starting together after a crash: another one adopts and removes an orphan
+    # directory between this one's listing and its lock. Nothing is left there for this
+    # one, and its start must not fail (gunicorn stops the server on a failed boot).
+    from errortrack.spool import ownership
+
+    orphan = _spool(tmp_path)
+    orphan.append({"logs": b'{"o":1}\n'}, 1)
+    orphan.close()
+    other = _spool(tmp_path / "elsewhere")
+    real = ownership.lock
+    raced: list[Path] = []
+
+    def lock_after_the_other_adopted(directory: Path) -> int | None:
+        if directory == orphan.dir and not raced:
+            raced.append(directory)
+            ownership.adopt_orphans(tmp_path, other.dir, ".seg")  # the other worker
+        return real(directory)
+
+    monkeypatch.setattr(ownership, "lock", lock_after_the_other_adopted)
+    new = _spool(tmp_path)
+    assert raced and new.sealed() == []
+    assert [p.parent for p in other.dir.glob("*.seg")] == [other.dir]
 
 
 def test_decode_row_leaves_a_trailing_payload_raw_and_round_trips():
