@@ -255,22 +255,29 @@ class Quarantine:
             os.close(fd)
 
 
-# Per quarantine file: its first bytes, size and lines when last counted. The files only
-# grow between requeues, which replace or delete them, so a probe reads only what was
-# appended since the last one, not a file that a cause refusing every row could make
-# gigabytes. A replaced file starts with another entry (each names its segment), so its
-# first bytes tell it from the one counted before.
-_COUNTED: dict[Path, tuple[bytes, int, int]] = {}
+# Per quarantine file: its inode and first bytes, size and lines when last counted. The
+# files only grow between requeues, which replace or delete them, so a probe reads only
+# what was appended since the last one, not a file that a cause refusing every row could
+# make gigabytes. A requeue's rewrite is a new file renamed over the old one, so it has
+# another inode, even when it keeps the first entry and, with longer errors, grows; a
+# file deleted and started again may reuse the inode, but starts with another entry.
+_COUNTED: dict[Path, tuple[tuple[int, bytes], int, int]] = {}
 _COUNTED_LOCK = threading.Lock()
 
 
 def _lines(path: Path) -> int:
     try:
         with path.open("rb") as f:
-            head = f.read(256)
+            stat = os.fstat(f.fileno())
+            head = (stat.st_ino, f.read(256))
             with _COUNTED_LOCK:
-                seen, size, lines = _COUNTED.get(path, (b"", 0, 0))
-            if not seen or head[: len(seen)] != seen or os.fstat(f.fileno()).st_size < size:
+                seen, size, lines = _COUNTED.get(path, ((0, b""), 0, 0))
+            if (
+                seen[0] != head[0]
+                or not seen[1]
+                or head[1][: len(seen[1])] != seen[1]
+                or stat.st_size < size
+            ):
                 size = lines = 0
             f.seek(size)
             while chunk := f.read(1 << 20):

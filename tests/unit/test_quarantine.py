@@ -240,3 +240,23 @@ def test_the_count_reads_only_what_was_appended_and_follows_a_requeue(tmp_path):
     for i in range(6):
         kept.add("logs", f"t:logs:{i}", "t:logs", b"{}", "Code: 41.")
     assert kept.count() == 6
+
+
+def test_the_count_follows_a_requeue_that_keeps_the_first_entry_with_a_longer_error(
+    tmp_path,
+):
+    # The rewritten file starts with the same bytes and, with longer errors, is no
+    # smaller than the one counted before: only its inode tells it apart.
+    kept = Quarantine(tmp_path)
+    for i in range(3):
+        kept.add("logs", f"s:logs:{i}", "s:logs", b"{" + b" " * 300 + b"}", "Code: 6.")
+    assert kept.count() == 3
+    size = kept.file("logs").stat().st_size
+
+    def insert(entry: dict) -> None:
+        if entry["id"] != "s:logs:1":
+            raise RuntimeError("Code: 6. a longer message this time " + "y" * 300)
+
+    assert kept.requeue("logs", insert) == (1, 2)
+    assert kept.file("logs").stat().st_size >= size
+    assert kept.count() == 2
