@@ -27,63 +27,106 @@ class Readable(Protocol):
     def read(self, size: int = -1, /) -> bytes: ...
 
 
-# Returns up to `limit` bytes of output for `data`; `data=b""` drains buffered output.
-Step = Callable[[bytes, int], bytes]
+class Truncated(Exception):
+    """The input ended inside the compressed stream."""
 
 
-def _zlib_step(wbits: int) -> Step:
-    decoder = zlib.decompressobj(wbits)
-    pending = b""
-
-    def step(data: bytes, limit: int) -> bytes:
-        nonlocal pending
-        pending += data
-        out = decoder.decompress(pending, limit)
-        pending = decoder.unconsumed_tail
-        return out
-
-    return step
+TRUNCATED = "it ends before the compressed stream does"
 
 
-def _deflate_step() -> Step:
+class Decoder(Protocol):
+    def step(self, data: bytes, limit: int) -> bytes:
+        """Up to ``limit`` bytes of output for ``data``; ``data=b""`` drains buffered output."""
+        ...
+
+    def end(self) -> None:
+        """Called once the input is over: raises Truncated unless the stream was whole."""
+        ...
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class _Zlib:
+    def __init__(self, wbits: int, *, members: bool = False) -> None:
+        self.wbits = wbits
+        # gzip (RFC 1952 2.2) may be several members back to back; curl, Relay and
+        # `gzip -d` read them all, so a member's end is not the body's.
+        self.members = members
+        self.decoder = zlib.decompressobj(wbits)
+        self.pending = b""
+
+    def step(self, data: bytes, limit: int) -> bytes:
+        self.pending += data
+        while True:
+            if self.decoder.eof:
+                rest = self.decoder.unused_data + self.pending
+                if not self.members or not rest:
+                    return b""
+                if not _GZIP_MAGIC.startswith(rest[:2]):
+                    raise zlib.error("what follows the last gzip member is not gzip")
+                self.decoder = zlib.decompressobj(self.wbits)
+                self.pending = rest
+            out = self.decoder.decompress(self.pending, limit)
+            self.pending = self.decoder.unconsumed_tail
+            # An empty member gives nothing: go on to the next rather than stop early.
+            if out or not self.decoder.eof:
+                return out
+
+    def end(self) -> None:
+        if not self.decoder.eof:
+            raise Truncated(TRUNCATED)
+
+
+class _Deflate:
     # HTTP "deflate" is meant to be zlib-wrapped, but some clients send raw deflate:
     # look at the first byte (a zlib header starts with 0x?8) and pick the right one.
-    inner: Step | None = None
+    def __init__(self) -> None:
+        self.inner: _Zlib | None = None
 
-    def step(data: bytes, limit: int) -> bytes:
-        nonlocal inner
-        if inner is None:
+    def step(self, data: bytes, limit: int) -> bytes:
+        if self.inner is None:
             if not data:
                 return b""
-            inner = _zlib_step(15 if data[0] & 0x0F == 8 else -15)
-        return inner(data, limit)
+            self.inner = _Zlib(15 if data[0] & 0x0F == 8 else -15)
+        return self.inner.step(data, limit)
 
-    return step
+    def end(self) -> None:
+        if self.inner is None:
+            raise Truncated(TRUNCATED)
+        self.inner.end()
 
 
-def _brotli_step() -> Step:
-    decoder = brotli.Decompressor()
+class _Brotli:
+    def __init__(self) -> None:
+        self.decoder = brotli.Decompressor()
 
-    def step(data: bytes, limit: int) -> bytes:
-        if not data and decoder.can_accept_more_data():
+    def step(self, data: bytes, limit: int) -> bytes:
+        if not data and self.decoder.can_accept_more_data():
             return b""
-        return bytes(decoder.process(data, output_buffer_limit=max(limit, 1)))
+        return bytes(self.decoder.process(data, output_buffer_limit=max(limit, 1)))
 
-    return step
+    def end(self) -> None:
+        if not self.decoder.is_finished():
+            raise Truncated(TRUNCATED)
 
 
-DECODERS: dict[str, Callable[[], Step]] = {
-    "gzip": lambda: _zlib_step(16 + zlib.MAX_WBITS),
-    "x-gzip": lambda: _zlib_step(16 + zlib.MAX_WBITS),
-    "deflate": _deflate_step,
-    "br": _brotli_step,
+DECODERS: dict[str, Callable[[], Decoder]] = {
+    "gzip": lambda: _Zlib(16 + zlib.MAX_WBITS, members=True),
+    "x-gzip": lambda: _Zlib(16 + zlib.MAX_WBITS, members=True),
+    "deflate": _Deflate,
+    "br": _Brotli,
 }
+# Sent by sentry.java.android 2.0.0 for an uncompressed body; Relay ignores it too
+# (middlewares/decompression.rs, should_ignore_encoding).
+IDENTITY = frozenset({"identity", "utf-8"})
 
 
 def read_body(stream: Readable, encoding: str | None, cap: int) -> bytes:
-    """The whole decompressed body; PayloadTooLarge over ``cap``, BadRequest if corrupt."""
+    """The whole decompressed body; PayloadTooLarge over ``cap``, BadRequest if corrupt
+    or cut short."""
     encoding = (encoding or "identity").strip().lower()
-    if encoding == "identity":
+    if encoding in IDENTITY:
         return _read_plain(stream, cap)
     factory = DECODERS.get(encoding)
     if factory is None and encoding != "zstd":
@@ -97,8 +140,8 @@ def read_body(stream: Readable, encoding: str | None, cap: int) -> bytes:
             return _read_zstd(stream, cap)
         assert factory is not None
         return _read_decoded(stream, factory(), cap)
-    except (zlib.error, brotli.error, zstandard.ZstdError) as exc:
-        raise BadRequest(f"body is not valid {encoding}: {exc}") from None
+    except (zlib.error, brotli.error, zstandard.ZstdError, Truncated) as exc:
+        raise BadRequest(f"body is not valid {encoding}: {exc}", field="Content-Encoding") from None
 
 
 def _too_large(cap: int) -> PayloadTooLarge:
@@ -116,7 +159,7 @@ def _read_plain(stream: Readable, cap: int) -> bytes:
     return b"".join(parts)
 
 
-def _read_decoded(stream: Readable, step: Step, cap: int) -> bytes:
+def _read_decoded(stream: Readable, decoder: Decoder, cap: int) -> bytes:
     parts: list[bytes] = []
     size = read = 0
     while True:
@@ -126,13 +169,14 @@ def _read_decoded(stream: Readable, step: Step, cap: int) -> bytes:
             raise _too_large(cap)
         data = chunk
         # Drain: a small input can expand a lot, so keep asking while output comes.
-        while out := step(data, cap - size + 1):
+        while out := decoder.step(data, cap - size + 1):
             size += len(out)
             if size > cap:
                 raise _too_large(cap)
             parts.append(out)
             data = b""
         if not chunk:
+            decoder.end()
             return b"".join(parts)
 
 
@@ -155,8 +199,8 @@ def legacy_store_body(body: bytes, cap: int) -> bytes:
     if binary.lstrip()[:1] == b"{":
         return binary
     try:
-        return _read_decoded(io.BytesIO(binary), _zlib_step(zlib.MAX_WBITS), cap)
-    except zlib.error as exc:
+        return _read_decoded(io.BytesIO(binary), _Zlib(zlib.MAX_WBITS), cap)
+    except (zlib.error, Truncated) as exc:
         try:
             orjson.loads(text)  # JSON after all (a scalar): refused as such by the caller
         except orjson.JSONDecodeError:
@@ -166,6 +210,80 @@ def legacy_store_body(body: bytes, cap: int) -> bytes:
         return body
 
 
+_ZSTD_MAGIC = 0xFD2FB528
+_FCS_SIZES = (0, 2, 4, 8)  # Frame_Content_Size bytes by flag (flag 0: 1 if single segment)
+_DICT_ID_SIZES = (0, 1, 2, 4)
+
+
+class _ZstdFrames:
+    """Follows the compressed bytes through zstd's frame format (RFC 8878 3.1) by its
+    headers alone, to tell input that ends between frames from input that ends inside
+    one: zstandard's stream reader ends either quietly, with what it could decode."""
+
+    def __init__(self) -> None:
+        self.rest = b""  # a header cut by a read
+        self.skip = 0  # bytes of block content (or a skippable frame) still to pass
+        self.in_frame = False
+        self.checksum = False
+        self.frames = 0
+        self.invalid = False
+
+    def feed(self, data: bytes) -> None:
+        buf = self.rest + data if self.rest else data
+        pos = 0
+        while not self.invalid:
+            if self.skip:
+                passed = min(self.skip, len(buf) - pos)
+                pos += passed
+                self.skip -= passed
+                if self.skip:
+                    break
+            used = self._header(buf, pos)
+            if not used:
+                break
+            pos += used
+        self.rest = buf[pos:]
+
+    def _header(self, buf: bytes, pos: int) -> int:
+        """Reads the header at ``pos``: its size, or 0 when it is not all there yet."""
+        left = len(buf) - pos
+        if self.in_frame:  # a block header
+            if left < 3:
+                return 0
+            header = int.from_bytes(buf[pos : pos + 3], "little")
+            size = header >> 3
+            kind = (header >> 1) & 3
+            self.skip = 1 if kind == 1 else size  # an RLE block holds one byte
+            if header & 1:  # the last block
+                self.skip += 4 if self.checksum else 0
+                self.in_frame = False
+                self.frames += 1
+            return 3
+        if left < 4:
+            return 0
+        magic = int.from_bytes(buf[pos : pos + 4], "little")
+        if magic & 0xFFFFFFF0 == 0x184D2A50:  # a skippable frame
+            if left < 8:
+                return 0
+            self.skip = int.from_bytes(buf[pos + 4 : pos + 8], "little")
+            return 8
+        if magic != _ZSTD_MAGIC or left < 5:
+            self.invalid = magic != _ZSTD_MAGIC
+            return 0
+        descriptor = buf[pos + 4]
+        single = descriptor >> 5 & 1
+        fcs = _FCS_SIZES[descriptor >> 6] or single
+        size = 5 + (not single) + _DICT_ID_SIZES[descriptor & 3] + fcs
+        if left < size:
+            return 0
+        self.checksum = bool(descriptor >> 2 & 1)
+        self.in_frame = True
+        return size
+
+    def whole(self) -> bool:
+        return self.frames > 0 and not (self.in_frame or self.skip or self.rest or self.invalid)
+
+
 class _CappedInput:
     """The compressed bytes as zstandard's stream reader pulls them, capped too."""
 
@@ -173,12 +291,14 @@ class _CappedInput:
         self.stream = stream
         self.cap = cap
         self.read_bytes = 0
+        self.frames = _ZstdFrames()
 
     def read(self, size: int = -1, /) -> bytes:
         chunk = self.stream.read(CHUNK if size < 0 else min(size, CHUNK))
         self.read_bytes += len(chunk)
         if self.read_bytes > self.cap:
             raise _too_large(self.cap)
+        self.frames.feed(chunk)
         return chunk
 
 
@@ -186,9 +306,11 @@ def _read_zstd(stream: Readable, cap: int) -> bytes:
     # zstandard's decompressobj cannot bound one call's output (a tiny frame of RLE
     # blocks expands enormously); its stream reader can, when it pulls the input itself
     # (fed piecemeal, it would take an empty read for the end of the input).
-    source = cast(IO[bytes], _CappedInput(stream, cap))  # zstandard only calls read()
+    source = _CappedInput(stream, cap)
     reader = zstandard.ZstdDecompressor().stream_reader(
-        source, read_size=CHUNK, read_across_frames=True
+        cast(IO[bytes], source),  # zstandard only calls read()
+        read_size=CHUNK,
+        read_across_frames=True,
     )
     parts: list[bytes] = []
     size = 0
@@ -197,6 +319,8 @@ def _read_zstd(stream: Readable, cap: int) -> bytes:
         if size > cap:
             raise _too_large(cap)
         parts.append(out)
+    if not source.frames.whole():
+        raise Truncated(TRUNCATED)
     return b"".join(parts)
 
 

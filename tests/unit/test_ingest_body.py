@@ -64,3 +64,73 @@ def test_unknown_encoding_is_400():
     with pytest.raises(BadRequest) as info:
         read_body(io.BytesIO(b"x"), "compress", 10)
     assert info.value.field == "Content-Encoding"
+
+
+def _cut(encoding: str) -> bytes:
+    """DATA compressed as a stream flushed halfway, then ended there: what a body cut off
+    by a dropped connection or a proxy looks like (whole blocks, no end of stream)."""
+    half = DATA[: len(DATA) // 2]
+    if encoding in ("gzip", "deflate"):
+        zipper = zlib.compressobj(wbits=31 if encoding == "gzip" else 15)
+        return zipper.compress(half) + zipper.flush(zlib.Z_SYNC_FLUSH)
+    if encoding == "br":
+        import brotli
+
+        compressor = brotli.Compressor()
+        return compressor.process(half) + compressor.flush()
+    import zstandard
+
+    frame = zstandard.ZstdCompressor().compressobj()
+    return frame.compress(half) + frame.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "zstd"])
+@pytest.mark.parametrize("how", ["flushed", "last byte missing", "empty"])
+def test_a_body_cut_short_is_400_not_what_it_held_so_far(encoding, how):
+    encoded = {
+        "flushed": _cut(encoding),
+        "last byte missing": ENCODERS[encoding](DATA)[:-1],
+        "empty": b"",
+    }[how]
+    with pytest.raises(BadRequest) as info:
+        read_body(Trickle(encoded), encoding, len(DATA))
+    assert info.value.message == (
+        f"body is not valid {encoding}: it ends before the compressed stream does"
+    )
+    assert info.value.field == "Content-Encoding"
+
+
+def test_every_gzip_member_is_read():
+    members = ENCODERS["gzip"](DATA[:1000]) + ENCODERS["gzip"](b"") + ENCODERS["gzip"](DATA[1000:])
+    assert read_body(Trickle(members), "gzip", len(DATA)) == DATA
+    with pytest.raises(PayloadTooLarge):  # the cap counts all members
+        read_body(io.BytesIO(members), "gzip", len(DATA) - 1)
+
+
+@pytest.mark.parametrize("after", [b"garbage", b"\x1f", b"\x1f\x8b\x08"])
+def test_what_follows_the_last_gzip_member_must_be_one_too(after):
+    with pytest.raises(BadRequest) as info:
+        read_body(io.BytesIO(ENCODERS["gzip"](DATA) + after), "gzip", len(DATA))
+    assert info.value.message.startswith("body is not valid gzip: ")
+
+
+@pytest.mark.parametrize("encoding", ["UTF-8", "utf-8"])
+def test_content_encoding_utf8_is_no_encoding_as_relay_reads_it(encoding):
+    # sentry.java.android 2.0.0 sends it with a plain body.
+    assert read_body(io.BytesIO(DATA), encoding, len(DATA)) == DATA
+
+
+def test_zstd_frames_of_every_block_kind_are_read_whole():
+    import os
+
+    import zstandard
+
+    # Random bytes make raw blocks, zeros RLE blocks; with and without a checksum and a
+    # content size, after a skippable frame, read 37 bytes at a time (headers cut).
+    data = os.urandom(300_000) + b"\0" * 1_000_000 + DATA
+    plain = zstandard.ZstdCompressor(write_checksum=True).compress(data)
+    stream = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    streamed = stream.compress(data) + stream.flush()
+    skippable = b"\x50\x2a\x4d\x18" + (3).to_bytes(4, "little") + b"abc"
+    encoded = plain + skippable + streamed
+    assert read_body(Trickle(encoded), "zstd", 2 * len(data)) == data + data
