@@ -13,25 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import Callable
 
 import falcon
 import falcon.asgi
 
-from errortrack.ingest import auth, body, service
+from errortrack.errors import Unauthorized
+from errortrack.ingest import auth, body, envelope, service
 
+# A browser SDK reads the rate-limit headers of the POST's answer only when it names them.
+EXPOSE = "x-sentry-rate-limits, retry-after"
 CORS = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Allow-Methods": "POST, OPTIONS",
     "Access-Control-Allow-Headers": (
         "x-sentry-auth, content-type, content-encoding, authorization, sentry-trace, baggage"
     ),
-    "Access-Control-Expose-Headers": "x-sentry-rate-limits, retry-after",
+    "Access-Control-Expose-Headers": EXPOSE,
     "Access-Control-Max-Age": "3600",
 }
-
-Accept = Callable[[service.Ingest, int, "str | None", Callable[[], bytes]], service.Accepted]
-Decode = Callable[[bytes, int], bytes]
 ENVELOPE_TYPE = "application/x-sentry-envelope"
 
 
@@ -41,7 +40,13 @@ class _IngestResource:
         self.max_body_bytes = max_body_bytes
         self._loading: dict[str, asyncio.Future[auth.KeyInfo | None]] = {}
 
-    async def _load_key(self, key: str) -> None:
+    async def _authorize(self, project_id: int, key: str) -> auth.KeyInfo:
+        hit, info = self.ingest.keys.cached(key)
+        if not hit:
+            info = await self._load_key(key)
+        return auth.authorize(info, project_id)
+
+    async def _load_key(self, key: str) -> auth.KeyInfo | None:
         """Load a key missing from the cache (a relational query) in a thread, off the
         loop. One load per key at a time: when the cache entry expires under load, the
         requests in flight for that key wait for the same query instead of each sending
@@ -51,7 +56,7 @@ class _IngestResource:
             started = asyncio.ensure_future(asyncio.to_thread(self.ingest.key_info, key))
             started.add_done_callback(lambda _: self._loading.pop(key, None))
             self._loading[key] = loading = started
-        await asyncio.shield(loading)  # one request cancelled must not cancel the load
+        return await asyncio.shield(loading)  # one request cancelled must not cancel the load
 
     async def on_options(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, project_id: int
@@ -62,39 +67,40 @@ class _IngestResource:
     async def on_post(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, project_id: int
     ) -> None:
+        # Kept by the error handlers too: a 429's headers are what a browser SDK must read.
         resp.set_header("Access-Control-Allow-Origin", "*")
+        resp.set_header("Access-Control-Expose-Headers", EXPOSE)
         key = auth.key_from_request(
             req.get_header("X-Sentry-Auth"),
             req.get_header("Authorization"),
             req.get_param("sentry_key"),
         )
-        if key is not None:
-            if not self.ingest.keys.fresh(key):
-                await self._load_key(key)
-            # From the cache: a bad key is refused here, before the body is read.
-            self.ingest.authorize(project_id, key)
+        # A bad key in a header is refused before the body is read. Its answer stands
+        # for the whole request: the entry may expire while the body uploads, and a
+        # second lookup then would be a second query.
+        info = None if key is None else await self._authorize(project_id, key)
         raw = await body.read_wire(req.stream, req.content_length, self.max_body_bytes)
-        encoding = req.get_header("Content-Encoding")
-        cap = self.max_body_bytes
-        accept, decode = self.reader(req.content_type)
-        accepted = accept(
-            self.ingest,
-            project_id,
-            key,
-            lambda: decode(body.read_body(io.BytesIO(raw), encoding, cap), cap),
+        accepted = await self.accept(
+            project_id, info, raw, req.get_header("Content-Encoding"), req.content_type
         )
-        if accepted.rows:
-            await self.ingest.spool.append_async(accepted.tables, accepted.rows)
+        await self.ingest.store(accepted)
         resp.media = accepted.response
 
-    def reader(self, content_type: str | None) -> tuple[Accept, Decode]:
-        """How this request's body is read: what parses it, and what undoes an encoding
-        of its own after the HTTP ``Content-Encoding`` (none for envelopes)."""
-        return service.accept_envelope, _as_is
+    def decode(self, raw: bytes, encoding: str | None) -> bytes:
+        return body.read_body(io.BytesIO(raw), encoding, self.max_body_bytes)
 
-
-def _as_is(data: bytes, cap: int) -> bytes:
-    return data
+    async def accept(
+        self,
+        project_id: int,
+        info: auth.KeyInfo | None,
+        raw: bytes,
+        encoding: str | None,
+        content_type: str | None,
+    ) -> service.Accepted:
+        parsed = envelope.parse(self.decode(raw, encoding))
+        if info is None:
+            info = await self._authorize(project_id, service.envelope_key(parsed))
+        return service.accept_envelope(self.ingest, info, parsed)
 
 
 class Envelope(_IngestResource):
@@ -102,9 +108,19 @@ class Envelope(_IngestResource):
 
 
 class Store(_IngestResource):
-    def reader(self, content_type: str | None) -> tuple[Accept, Decode]:
+    async def accept(
+        self,
+        project_id: int,
+        info: auth.KeyInfo | None,
+        raw: bytes,
+        encoding: str | None,
+        content_type: str | None,
+    ) -> service.Accepted:
         # As Relay: an envelope posted here (by its content type) is read as one; any
         # other body is one JSON event, possibly base64 (of zlib) as raven clients send.
         if falcon.parse_header(content_type or "")[0].lower() == ENVELOPE_TYPE:
-            return service.accept_envelope, _as_is
-        return service.accept_store, body.legacy_store_body
+            return await super().accept(project_id, info, raw, encoding, content_type)
+        if info is None:
+            raise Unauthorized("no sentry_key: send X-Sentry-Auth or ?sentry_key=")
+        data = body.legacy_store_body(self.decode(raw, encoding), self.max_body_bytes)
+        return service.accept_store(self.ingest, info, data)

@@ -52,7 +52,11 @@ def key_from_request(
 def key_from_dsn(dsn: object) -> str:
     if not isinstance(dsn, str) or not dsn:
         raise Unauthorized("no sentry_key: send X-Sentry-Auth, ?sentry_key= or a dsn")
-    return _checked(urlsplit(dsn).username or "", "dsn")
+    try:
+        username = urlsplit(dsn).username
+    except ValueError:  # an unbalanced "[" (an IPv6 host) or a bad port
+        raise Unauthorized("malformed dsn", field="dsn") from None
+    return _checked(username or "", "dsn")
 
 
 def _checked(key: str, where: str) -> str:
@@ -78,11 +82,13 @@ class KeyCache:
         self._lock = threading.Lock()
         self._entries: dict[str, tuple[float, KeyInfo | None]] = {}
 
-    def fresh(self, key: str) -> bool:
-        """Whether ``lookup`` would answer without loading."""
+    def cached(self, key: str) -> tuple[bool, KeyInfo | None]:
+        """(True, the entry) when ``lookup`` would answer without loading, else (False, None)."""
         with self._lock:
             hit = self._entries.get(key)
-        return hit is not None and hit[0] > self.clock()
+        if hit is not None and hit[0] > self.clock():
+            return True, hit[1]
+        return False, None
 
     def lookup(self, key: str, load: Callable[[str], KeyInfo | None]) -> KeyInfo | None:
         now = self.clock()

@@ -23,7 +23,8 @@ here (see ``errortrack.spool.writer``).
 
 A handler raises ``errortrack.errors.BadRequest`` for a malformed payload (the whole
 envelope is then refused with 400 and nothing is spooled); any other exception is a bug
-(500). Types without a handler are accepted and dropped, and counted in ``DROPPED``.
+(500). Types without a handler are accepted and dropped: ``ItemRows.dropped`` names
+them, and they are counted in ``DROPPED`` once their envelope is accepted (spooled).
 
 To register a handler, add ONE line to ``HANDLERS`` below, e.g.
 ``"event": issues_ingest.handle_event,``.
@@ -74,6 +75,8 @@ class ItemRows:
     # less than a JSON object per row joined later (bench/RESULTS.md, eighth session).
     log_lines: bytes = b""
     log_count: int = 0
+    # The item's type when no handler took it (counted only if the envelope is accepted).
+    dropped: str | None = None
 
     def count(self) -> int:
         return self.log_count + len(self.events) + len(self.spans)
@@ -114,6 +117,5 @@ DROPPED = DroppedCounter()
 def dispatch(item_type: str, payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> ItemRows:
     handler = HANDLERS.get(item_type)
     if handler is None:
-        DROPPED.add(item_type or "<none>")
-        return ItemRows()
+        return ItemRows(dropped=item_type or "<none>")
     return handler(payload, headers, ctx)

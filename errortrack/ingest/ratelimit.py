@@ -4,7 +4,8 @@ A token bucket per project holding at most one second's worth. A request is acce
 while the bucket is not in debt and then pays for all its items (so one envelope larger
 than the rate still gets through once); over the limit it gets 429 with ``Retry-After``
 and ``X-Sentry-Rate-Limits: <seconds>::project:rate_limited`` (empty categories = all),
-which makes sentry-python and @sentry/javascript hold back every category.
+which makes sentry-python and @sentry/javascript hold back every category. A request
+refused after paying (the spool full: 503) gets its items back with ``refund``.
 """
 
 from __future__ import annotations
@@ -41,3 +42,13 @@ class RateLimiter:
                     sentry_limits=f"{wait}::project:rate_limited",
                 )
             self._buckets[project_id] = (tokens - items, now)
+
+    def refund(self, project_id: int, items: int) -> None:
+        """Give back what ``take`` charged for a request that was then refused."""
+        if self.per_second <= 0 or items <= 0:
+            return
+        with self._lock:
+            bucket = self._buckets.get(project_id)
+            if bucket is not None:
+                tokens, last = bucket
+                self._buckets[project_id] = (min(float(self.per_second), tokens + items), last)

@@ -1,7 +1,8 @@
 """Ingest as plain functions: an envelope (or a /store/ body) -> rows ready for the spool.
 
-Nothing here sees a request: the resource reads the body and the auth places and hands
-over bytes and strings, then appends the ``Accepted`` rows to the spool. Order matters
+Nothing here sees a request: the resource reads the auth places and the body, loads the
+key (off its event loop) and hands over the key's ``KeyInfo`` and the parsed envelope or
+the body's bytes, then stores the ``Accepted`` rows with ``Ingest.store``. Order matters
 for cost: the header auth is checked before the body is decompressed, and the whole
 envelope is parsed and turned into rows before anything is spooled, so a malformed item
 refuses the envelope without a half write.
@@ -18,7 +19,7 @@ import orjson
 from sqlalchemy.orm import Session
 
 from errortrack import timestamps
-from errortrack.errors import BadRequest, Unauthorized
+from errortrack.errors import BadRequest, Unavailable
 from errortrack.ingest import auth, envelope, items
 from errortrack.ingest.ratelimit import RateLimiter
 from errortrack.spool.segments import Spool
@@ -35,6 +36,9 @@ class Accepted:
     response: dict[str, str]  # the body the client gets once the rows are durable
     tables: dict[str, bytes]  # table -> JSONEachRow lines
     rows: int
+    project_id: int = 0
+    charged: int = 0  # items taken from the project's rate limit
+    dropped: list[str] = dataclasses.field(default_factory=list)  # types without a handler
 
 
 @dataclasses.dataclass
@@ -59,6 +63,18 @@ class Ingest:
         with self.sessions() as session:
             return auth.load_key(session, key)
 
+    async def store(self, accepted: Accepted) -> None:
+        """Spools the rows (durable once this returns): only then is the envelope accepted."""
+        if accepted.rows:
+            try:
+                await self.spool.append_async(accepted.tables, accepted.rows)
+            except Unavailable:
+                # Refused, so the SDK sends it again: it must not have paid for it.
+                self.limiter.refund(accepted.project_id, accepted.charged)
+                raise
+        for kind in accepted.dropped:
+            items.DROPPED.add(kind)
+
     def context(self, info: auth.KeyInfo, header: dict[str, Any]) -> items.ItemContext:
         retention = info.retention_days or self.default_retention_days
         now = self.clock()
@@ -66,28 +82,19 @@ class Ingest:
         return items.ItemContext(info.project_id, now, retention, header, drift)
 
 
-def accept_envelope(
-    ingest: Ingest, project_id: int, header_key: str | None, body: Callable[[], bytes]
-) -> Accepted:
-    """Auth, parse, build rows, rate-limit: everything but the spool append."""
-    if header_key is not None:
-        info = ingest.authorize(project_id, header_key)
-        parsed = envelope.parse(body())
-    else:
-        parsed = envelope.parse(body())
-        info = ingest.authorize(project_id, auth.key_from_dsn(parsed.header.get("dsn")))
+def accept_envelope(ingest: Ingest, info: auth.KeyInfo, parsed: envelope.Envelope) -> Accepted:
+    """Rows and rate limit for an envelope of an authorized key: everything but the spool."""
     ctx = ingest.context(info, parsed.header)
     return _accept(ingest, ctx, [(h.get("type", ""), h, p) for h, p in parsed.items])
 
 
-def accept_store(
-    ingest: Ingest, project_id: int, key: str | None, body: Callable[[], bytes]
-) -> Accepted:
+def envelope_key(parsed: envelope.Envelope) -> str:
+    """The key in the envelope header's ``dsn``, for a request with none elsewhere."""
+    return auth.key_from_dsn(parsed.header.get("dsn"))
+
+
+def accept_store(ingest: Ingest, info: auth.KeyInfo, raw: bytes) -> Accepted:
     """``accept_envelope`` for a legacy ``/store/`` body (one JSON event)."""
-    if key is None:
-        raise Unauthorized("no sentry_key: send X-Sentry-Auth or ?sentry_key=")
-    info = ingest.authorize(project_id, key)
-    raw = body()
     try:
         event = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -109,9 +116,12 @@ def _accept(
     tables: dict[str, list[dict[str, Any]]] = {"events": [], "spans": []}
     log_lines: list[bytes] = []
     event_id: str | None = None
+    dropped: list[str] = []
     accepted = count = 0
     for kind, item_header, payload in parts:
         rows = items.dispatch(kind, payload, item_header, ctx)
+        if rows.dropped is not None:
+            dropped.append(rows.dropped)
         log_lines.append(rows.log_lines)
         tables["events"] += rows.events
         tables["spans"] += rows.spans
@@ -125,4 +135,4 @@ def _accept(
         if rows_of:
             encoded[name] = b"".join([orjson.dumps(r, option=_NEWLINE) for r in rows_of])
     response = {"id": event_id} if isinstance(event_id, str) and event_id else {}
-    return Accepted(response, encoded, count)
+    return Accepted(response, encoded, count, ctx.project_id, accepted, dropped)

@@ -262,6 +262,43 @@ def test_each_content_encoding(state, ingest_client, project, clickhouse, encodi
     assert [r[0] for r in _logs(clickhouse, pid)] == [f"enc {encoding}"]
 
 
+def test_a_compressed_body_cut_short_is_400_and_stores_nothing(
+    state, ingest_client, project, clickhouse
+):
+    import zlib
+
+    pid, key = project
+    first, second = log_envelope([_log("first")]), b'{"type":"log"}\n{"items":[]}\n'
+    # Flushed after the first item, then cut: whole blocks of it, no end of stream.
+    zipper = zlib.compressobj(wbits=31)
+    cut = zipper.compress(first) + zipper.flush(zlib.Z_SYNC_FLUSH)
+    zipper.compress(second)
+    resp = _post(ingest_client, pid, cut, {**sentry_auth(key), "Content-Encoding": "gzip"})
+    _error(resp, 400, "bad_request", "body is not valid gzip: it ends before")
+    assert resp.json["error"]["field"] == "Content-Encoding"
+    state.ingest.writer.drain()
+    assert _logs(clickhouse, pid) == []
+
+
+def test_a_gzip_body_of_several_members_is_stored_whole(state, ingest_client, project, clickhouse):
+    pid, key = project
+    whole = (
+        log_envelope([_log("one")]) + b'{"type":"log"}\n' + orjson.dumps({"items": [_log("two")]})
+    )
+    cut = len(whole) // 2
+    members = ENCODERS["gzip"](whole[:cut]) + ENCODERS["gzip"](whole[cut:])
+    resp = _post(ingest_client, pid, members, {**sentry_auth(key), "Content-Encoding": "gzip"})
+    assert resp.status_code == 200, resp.text
+    garbage = _post(
+        ingest_client, pid, members + b"\n", {**sentry_auth(key), "Content-Encoding": "gzip"}
+    )
+    _error(garbage, 400, "bad_request", "not valid gzip")
+    utf8 = {**sentry_auth(key), "Content-Encoding": "UTF-8"}  # sentry.java.android 2.0.0
+    assert _post(ingest_client, pid, log_envelope([_log("three")]), utf8).status_code == 200
+    state.ingest.writer.drain()
+    assert sorted(r[0] for r in _logs(clickhouse, pid)) == ["one", "three", "two"]
+
+
 def test_each_auth_place(state, ingest_client, project, clickhouse):
     pid, key = project
     body = log_envelope([_log("x")])
@@ -294,6 +331,7 @@ def test_auth_failures(state, ingest_client, project, clickhouse):
     missing = _post(ingest_client, pid, body)
     _error(missing, 401, "unauthorized", "no sentry_key")
     assert missing.headers["Access-Control-Allow-Origin"] == "*"  # browsers can read it
+    assert "retry-after" in missing.headers["Access-Control-Expose-Headers"]
     _error(_post(ingest_client, pid, b"{}", path="store/"), 401, "unauthorized", "no sentry_key")
     _error(
         _post(ingest_client, pid, body, {"X-Sentry-Auth": "Basic abc"}),
@@ -318,6 +356,14 @@ def test_auth_failures(state, ingest_client, project, clickhouse):
     _error(_post(ingest_client, 999999, body, sentry_auth(key)), 403, "forbidden")
     state.ingest.writer.drain()
     assert _logs(clickhouse, pid) == [] and _logs(clickhouse, other_pid) == []
+
+
+def test_a_dsn_that_is_no_url_is_401_like_any_malformed_auth(state, ingest_client, project):
+    pid, key = project
+    for dsn in ("http://[oops@127.0.0.1/1", f"http://{key}@[::1/{pid}"):  # urlsplit refuses
+        resp = _post(ingest_client, pid, log_envelope([_log("x")], header={"dsn": dsn}))
+        _error(resp, 401, "unauthorized", "malformed dsn")
+        assert resp.json["error"]["field"] == "dsn"
 
 
 def test_disabled_key_is_403_once_the_cache_expires(state, project):
@@ -395,6 +441,14 @@ def test_unknown_items_are_dropped_and_counted(state, ingest_client, project, cl
     resp = _post(ingest_client, pid, body, sentry_auth(key))
     assert resp.status_code == 200 and resp.json == {}
     assert DROPPED.snapshot()["check_in"] == before + 1
+
+
+def test_a_refused_envelope_counts_no_dropped_items(state, ingest_client, project):
+    pid, key = project
+    before = DROPPED.snapshot().get("check_in", 0)
+    body = b'{}\n{"type":"check_in"}\n{"x":1}\n{"type":"log"}\n{"items":[1]}\n'
+    _error(_post(ingest_client, pid, body, sentry_auth(key)), 400, "bad_request")
+    assert DROPPED.snapshot().get("check_in", 0) == before
 
 
 def test_event_id_is_answered_for_events(state, ingest_client, project):
@@ -511,6 +565,9 @@ def test_rate_limit_answers_429_with_sentry_headers(state, project, clickhouse):
     resp = _post(client, pid, log_envelope([_log("b")]), sentry_auth(key))
     _error(resp, 429, "rate_limited")
     assert int(resp.headers["Retry-After"]) >= 1
+    # Named on the answer itself, or a browser SDK cannot read them.
+    exposed = resp.headers["Access-Control-Expose-Headers"]
+    assert "x-sentry-rate-limits" in exposed and "retry-after" in exposed
     assert resp.headers["X-Sentry-Rate-Limits"].endswith("::project:rate_limited")
     st.ingest.writer.drain()
     assert sorted(r[0] for r in _logs(clickhouse, pid)) == ["0", "1", "2", "3", "4", "a"]
@@ -556,3 +613,79 @@ def test_a_cold_key_is_loaded_once_for_requests_arriving_together(state, project
         state.ingest.writer.spool.close()
     state.ingest.writer.drain()
     assert len(_logs(clickhouse, pid)) == 30
+
+
+def test_a_request_refused_for_a_full_spool_is_not_charged_to_the_rate_limit(
+    state, project, clickhouse
+):
+    import dataclasses
+
+    from errortrack.state import AppState
+
+    settings = dataclasses.replace(state.settings, rate_limit_per_second=10, spool_max_bytes=1)
+    st = AppState.build(settings, engine=state.engine, clickhouse=clickhouse, clock=state.clock)
+    client = falcon.testing.TestClient(create_server_app(state=st))
+    st.ingest.ingest.limiter.clock = lambda: 1000.0  # no refill: only charges move it
+    pid, key = project
+    try:
+        # Spooled, and the spool over its 1-byte cap from then on.
+        assert (
+            _post(client, pid, log_envelope([_log("first")]), sentry_auth(key)).status_code == 200
+        )
+        refused = [  # 15 items against the 9 left: each 503, none charged
+            _post(client, pid, log_envelope([_log(f"{n}-{i}") for i in range(5)]), sentry_auth(key))
+            for n in range(3)
+        ]
+    finally:
+        st.ingest.writer.spool.close()
+    assert [r.status_code for r in refused] == [503] * 3
+    assert "retry-after" in refused[0].headers["Access-Control-Expose-Headers"]
+
+
+@pytest.mark.parametrize("place", ["dsn", "header, expiring during the upload"])
+def test_keys_are_loaded_off_the_event_loop(state, project, place):
+    # Neither a key found only in the envelope's dsn nor a header key whose cache entry
+    # expires while the body uploads may query the relational store on the loop.
+    import asyncio
+    import threading
+
+    import httpx
+    import sqlalchemy as sa
+
+    pid, key = project
+    app = create_server_app(state=state)
+    seconds = [0.0]
+    state.ingest.ingest.keys.clock = lambda: seconds[0]
+    lookups: list[str] = []
+
+    def record(conn, cursor, statement, *args):
+        if "FROM project_keys" in statement:
+            lookups.append(threading.current_thread().name)
+
+    async def slow_body():
+        body = log_envelope([_log("slow")])
+        yield body[:10]
+        seconds[0] += state.ingest.ingest.keys.ttl + 1
+        await asyncio.sleep(0)
+        yield body[10:]
+
+    async def send() -> tuple[str, int]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            if place == "dsn":
+                dsn = log_envelope([_log("dsn")], header={"dsn": f"http://{key}@h/{pid}"})
+                resp = await c.post(f"/api/{pid}/envelope/", content=dsn)
+            else:
+                resp = await c.post(
+                    f"/api/{pid}/envelope/", content=slow_body(), headers=sentry_auth(key)
+                )
+        return threading.current_thread().name, resp.status_code
+
+    sa.event.listen(state.engine, "before_cursor_execute", record)
+    try:
+        loop_thread, status = asyncio.run(send())
+    finally:
+        sa.event.remove(state.engine, "before_cursor_execute", record)
+        state.ingest.writer.spool.close()
+    assert status == 200
+    assert len(lookups) == 1 and loop_thread not in lookups, (loop_thread, lookups)

@@ -40,3 +40,17 @@ def test_one_envelope_larger_than_the_rate_gets_through_once():
     with pytest.raises(RateLimited) as info:
         limiter.take(1, 1)
     assert info.value.retry_after == 14  # 140 items of debt at 10/s
+
+
+def test_a_refund_gives_back_what_a_refused_request_took():
+    limiter = RateLimiter(10, clock=lambda: 0.0)
+    limiter.take(1, 10)
+    limiter.take(1, 5)  # in debt now...
+    limiter.refund(1, 5)  # ...until that request turns out refused
+    limiter.take(1, 1)
+    with pytest.raises(RateLimited):
+        limiter.take(1, 1)
+    limiter.refund(1, 100)  # never more than a full bucket
+    limiter.take(1, 11)
+    with pytest.raises(RateLimited):
+        limiter.take(1, 1)
