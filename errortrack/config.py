@@ -49,11 +49,16 @@ def _non_negative_int(raw: str) -> int:
     return value
 
 
+# Ten years, for the instance default and a project's override alike. The tables' TTL is
+# `toDateTime(time) + retention_days`, and DateTime ends in 2106: from 2026 about 29,000
+# days wrap it into the past, and ClickHouse then dropped every row as it was written.
+MAX_RETENTION_DAYS = 3650
+
+
 def _retention_days(raw: str) -> int:
     value = int(raw)
-    # Rows store it as UInt16; a century is more than anyone keeps.
-    if not 1 <= value <= 36500:
-        raise ValueError("expected a number of days from 1 to 36500")
+    if not 1 <= value <= MAX_RETENTION_DAYS:
+        raise ValueError(f"expected a number of days from 1 to {MAX_RETENTION_DAYS}")
     return value
 
 

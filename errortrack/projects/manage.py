@@ -13,11 +13,10 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from errortrack.auth.permissions import Principal, visible_project_roles
+from errortrack.config import MAX_RETENTION_DAYS
 from errortrack.errors import ValidationError
 from errortrack.models import Project, ProjectKey
 from errortrack.projects.service import active_key, dsn
-
-MAX_RETENTION_DAYS = 3650
 
 
 def record(session: Session, project: Project, *, role: str, public_url: str) -> dict[str, Any]:

@@ -141,3 +141,21 @@ def test_the_app_runs_the_retention_job_in_the_background(state, app):
     jobs = [task for task in state.background if isinstance(task, retention.RetentionJob)]
     assert len(jobs) == 1
     assert jobs[0].interval == state.settings.retention_interval_seconds
+
+
+def test_the_longest_retention_allowed_keeps_its_rows(clickhouse, today):
+    # The TTL is `toDateTime(time) + retention_days`, and DateTime ends in 2106: a
+    # retention that wraps it puts the expiry in the past, and ClickHouse drops the rows
+    # as soon as they are written (it did for 36500 days, once the documented maximum).
+    from errortrack.config import MAX_RETENTION_DAYS, Settings, SettingsError
+
+    rows.add_all(clickhouse, 1, [today], retention=MAX_RETENTION_DAYS)
+    for table in tables.TABLES:
+        clickhouse.command(f"OPTIMIZE TABLE {table} FINAL")  # applies the TTL now
+    assert rows.counts(clickhouse) == {"logs": 1, "events": 1, "spans": 1}
+    expiry = clickhouse.command(
+        f"SELECT toDateTime(now()) + toIntervalDay({MAX_RETENTION_DAYS}) > now()"
+    )
+    assert expiry == 1
+    with pytest.raises(SettingsError, match="RETENTION_DAYS"):
+        Settings.from_env({"ERRORTRACK_RETENTION_DAYS": str(MAX_RETENTION_DAYS + 1)})
