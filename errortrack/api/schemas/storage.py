@@ -75,8 +75,13 @@ class CleanupIn(Schema):
     older_than_days = fields.Int(
         required=True, strict=True, validate=validate.Range(min=1, max=MAX_DAYS)
     )
+    # At most a signed 64-bit id: the relational stores hold no larger one, and SQLite
+    # cannot even compare with one (a 500 until the sixteenth session).
     project_id = fields.Int(
-        load_default=None, allow_none=True, strict=True, validate=validate.Range(min=1)
+        load_default=None,
+        allow_none=True,
+        strict=True,
+        validate=validate.Range(min=1, max=2**63 - 1),
     )
     dry_run = fields.Bool(load_default=False)
 
