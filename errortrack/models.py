@@ -35,6 +35,10 @@ class User(Base):
 
 class Project(Base):
     __tablename__ = "projects"
+    # A deleted project's rows stay in ClickHouse until their retention ends, keyed by its
+    # id: SQLite without AUTOINCREMENT gives the highest id again, and a new project would
+    # inherit them (PostgreSQL's sequences never reuse one).
+    __table_args__ = {"sqlite_autoincrement": True}
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(sa.String(200))

@@ -30,6 +30,12 @@ def run_migrations_online() -> None:
             # Session-level settings survive the commit; without it SQLAlchemy's autobegun
             # transaction would swallow Alembic's and roll the migration back on close.
             connection.commit()
+        if connection.dialect.name == "sqlite":
+            # A batch migration rebuilds a table (copy, drop, rename); with foreign keys
+            # on, dropping a parent would cascade into its children. Only outside a
+            # transaction does the pragma take effect.
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            connection.commit()
         context.configure(
             connection=connection,
             target_metadata=Base.metadata,
@@ -38,6 +44,10 @@ def run_migrations_online() -> None:
         )
         with context.begin_transaction():
             context.run_migrations()
+            if connection.dialect.name == "sqlite":
+                broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise RuntimeError(f"the migration broke foreign keys: {broken[:5]}")
     engine.dispose()
 
 

@@ -5,6 +5,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 import sqlalchemy as sa
 
 from errortrack import relational
@@ -166,3 +167,58 @@ def test_map_keys_as_string_keep_stored_logs_and_spans(chdb_dir, tmp_path):
             assert sorted(item["body"] for item in found["items"]) == ["new", "old"], name
     finally:
         store.drop_database()
+
+
+def _sessions(url):
+    from errortrack import db
+
+    engine = db.make_engine(url)
+    return engine, db.make_sessionmaker(engine)
+
+
+def test_a_deleted_projects_id_is_never_given_again(tmp_path):
+    # Its rows stay in ClickHouse until their retention ends: a new project with its id
+    # would show them as its own (SQLite without AUTOINCREMENT reused the highest id).
+    from errortrack.models import Project
+    from errortrack.projects.manage import delete_project
+    from errortrack.projects.service import create_project
+
+    with scratch_database(tmp_path) as url:
+        relational.upgrade(url)
+        engine, sessions = _sessions(url)
+        with sessions.begin() as s:
+            gone = create_project(s, name="old").id
+        with sessions.begin() as s:
+            delete_project(s, s.get(Project, gone))
+        with sessions.begin() as s:
+            assert create_project(s, name="new").id > gone
+        engine.dispose()
+
+
+def test_the_autoincrement_migration_keeps_projects_and_what_hangs_off_them(tmp_path):
+    from errortrack.models import Project, ProjectKey
+    from errortrack.projects.manage import delete_project
+    from errortrack.projects.service import create_project
+
+    with scratch_database(tmp_path) as url:
+        relational.upgrade(url, "0002")
+        engine, sessions = _sessions(url)
+        with sessions.begin() as s:
+            ids = [create_project(s, name=f"p{i}").id for i in range(3)]
+        engine.dispose()
+        relational.upgrade(url)
+        engine, sessions = _sessions(url)
+        with sessions.begin() as s:
+            assert [p.id for p in s.scalars(sa.select(Project).order_by(Project.id))] == ids
+            keys = s.scalars(sa.select(ProjectKey.project_id).order_by(ProjectKey.project_id))
+            assert list(keys) == ids  # not cascaded away by the table's rebuild
+            delete_project(s, s.get(Project, ids[-1]))
+        with sessions.begin() as s:
+            assert create_project(s, name="new").id > ids[-1]
+            # The foreign keys still hold after the rebuild: a key of no project is refused.
+            s.add(ProjectKey(project_id=10**6, public_key="f" * 32))
+            with pytest.raises(sa.exc.IntegrityError):
+                s.flush()
+        engine.dispose()
+        relational.downgrade(url, "0002")
+        relational.upgrade(url)
