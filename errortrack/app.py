@@ -8,6 +8,7 @@ from typing import Any
 import falcon
 import orjson
 
+from errortrack import db
 from errortrack.api import account, docs, errors, health, projects, team, tokens
 from errortrack.api import issues as issues_api
 from errortrack.api import logs as logs_api
@@ -35,6 +36,14 @@ def configure(app: falcon.App) -> None:
     errors.install(app)
 
 
+class RelationalId(falcon.routing.IntConverter):
+    """``int`` as an id the relational store can hold, as the OpenAPI description says
+    (``api/openapi.py``)."""
+
+    def __init__(self) -> None:
+        super().__init__(min=1, max=db.MAX_ID)
+
+
 def create_app(settings: Settings | None = None, *, state: AppState | None = None) -> falcon.App:
     if state is None:
         state = AppState.build(settings or Settings.from_env())
@@ -42,6 +51,10 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     middleware: list[Any] = [DatabaseSessions(state.sessions), Authentication(state.clock)]
     app = falcon.App(middleware=middleware)
     configure(app)
+    # Every {x:int} here is a relational id (``db.MAX_ID``): a larger one matches no
+    # route, a 404 like any id that does not exist. Set before the routes, which compile
+    # it in.
+    app.router_options.converters["int"] = RelationalId
 
     app.add_route("/healthz", health.Healthz())
     app.add_route("/readyz", health.Readyz(state))

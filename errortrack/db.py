@@ -39,6 +39,11 @@ class UTCDateTime(sa.types.TypeDecorator[dt.datetime]):
         return value.astimezone(dt.UTC)
 
 
+# The largest id of a relational row: ids are INTEGER, and PostgreSQL's ends at 2^31-1
+# (it refuses to compare the column with a larger parameter: a 500, not "not found").
+MAX_ID = 2**31 - 1
+
+
 class Base(DeclarativeBase):
     metadata = sa.MetaData(
         # Named constraints keep Alembic's up and down migrations identical on both backends.

@@ -28,6 +28,7 @@ from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
 from marshmallow import Schema, fields
 
+from errortrack import db
 from errortrack.api.schemas import ApiDoc, operations
 
 TITLE = "errortrack management API"
@@ -88,7 +89,7 @@ def _path(template: str) -> tuple[str, list[dict[str, Any]]]:
     for match in _PARAM.finditer(template):
         schema: dict[str, Any] = {"type": "string"}
         if match["conv"] == "int":
-            schema = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
+            schema = {"type": "integer", "minimum": 1, "maximum": db.MAX_ID}
         elif match["conv"] == "uuid":
             schema = {"type": "string", "format": "uuid"}
         params.append({"in": "path", "name": match["name"], "required": True, "schema": schema})

@@ -195,3 +195,32 @@ def test_concurrent_removals_cannot_remove_both_last_admins(world, state):
         assert [m["role"] for m in list_members(s, world.project_id) if m["role"] == "admin"] == [
             "admin"
         ]
+
+
+@pytest.mark.parametrize("big", [2**31, 2**63, 10**20])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/api/projects/{big}"),
+        ("GET", "/api/projects/{big}/logs"),
+        ("GET", "/api/projects/{pid}/issues/{big}"),
+        ("DELETE", "/api/projects/{pid}/members/{big}"),
+        ("GET", "/api/team/{big}"),
+    ],
+)
+def test_an_id_no_relational_store_can_hold_is_404(world, method, path, big):
+    # PostgreSQL's INTEGER ends at 2^31-1 and refused the comparison (a 500), SQLite's
+    # at 2^63-1: such an id names nothing, like any id that does not exist.
+    resp = world.call("primary", method, path.format(big=big, pid=world.project_id))
+    assert resp.status_code == 404, resp.text
+    assert set(resp.json["error"]) == {"code", "message", "field"}
+
+
+@pytest.mark.parametrize("user_id", [2**31, 2**63, 0])
+def test_a_member_id_no_relational_store_can_hold_is_400(world, user_id):
+    path = f"/api/projects/{world.project_id}/members"
+    before = world.call("primary", "GET", path).json
+    resp = world.call("primary", "PUT", path, {"user_id": user_id, "role": "viewer"})
+    assert resp.status_code == 400, resp.text
+    assert resp.json["error"]["field"] == "user_id"
+    assert world.call("primary", "GET", path).json == before

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from marshmallow import Schema, fields, validate
 
+from errortrack.db import MAX_ID
 from errortrack.models import GLOBAL_ROLES, PROJECT_ROLES
 
 _global_role = validate.OneOf(GLOBAL_ROLES)
@@ -96,7 +97,7 @@ class ProjectOut(Schema):
 
 
 class MemberPutIn(Schema):
-    user_id = fields.Int(required=True, strict=True)
+    user_id = fields.Int(required=True, strict=True, validate=validate.Range(min=1, max=MAX_ID))
     role = fields.Str(required=True, validate=_project_role)
 
 

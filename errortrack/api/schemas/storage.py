@@ -7,6 +7,7 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
+from errortrack.db import MAX_ID
 from errortrack.storage.cleanup import MAX_DAYS
 
 TABLES = ("logs", "events", "spans")
@@ -75,13 +76,12 @@ class CleanupIn(Schema):
     older_than_days = fields.Int(
         required=True, strict=True, validate=validate.Range(min=1, max=MAX_DAYS)
     )
-    # At most a signed 64-bit id: the relational stores hold no larger one, and SQLite
-    # cannot even compare with one (a 500 until the sixteenth session).
+    # A larger id was a 500 on either store until the sixteenth session.
     project_id = fields.Int(
         load_default=None,
         allow_none=True,
         strict=True,
-        validate=validate.Range(min=1, max=2**63 - 1),
+        validate=validate.Range(min=1, max=MAX_ID),
     )
     dry_run = fields.Bool(load_default=False)
 
