@@ -52,9 +52,6 @@ class Ingest:
     clock: Callable[[], dt.datetime]
     default_retention_days: int
 
-    def authorize(self, project_id: int, key: str) -> auth.KeyInfo:
-        return auth.authorize(self.key_info(key), project_id)
-
     def key_info(self, key: str) -> auth.KeyInfo | None:
         """The key's project and state, from the cache or (on a miss) the database."""
         return self.keys.lookup(key, self._load_key)

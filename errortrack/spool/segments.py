@@ -369,9 +369,9 @@ class Spool:
         return error
 
     def _hand_over_locked(self, seg: _Segment) -> None:
-        """Close ``seg`` (nothing more is written to it) and queue it for the writer."""
-        if self._current is seg:
-            self._current = None
+        """Close ``seg``, the current segment (nothing more is written to it), and queue
+        it for the writer."""
+        self._current = None
         with contextlib.suppress(OSError):
             os.close(seg.fd)
         self._sealed.append(seg.path)

@@ -10,7 +10,7 @@ import falcon.testing
 import orjson
 import pytest
 
-from errortrack.ingest import runtime
+from errortrack.ingest import auth, runtime
 from errortrack.ingest.items import DROPPED
 from errortrack.server import create_server_app
 from tests.ingest_support import ENCODERS, log_envelope, make_project, sentry_auth
@@ -373,14 +373,16 @@ def test_disabled_key_is_403_once_the_cache_expires(state, project):
     seconds = [0.0]
     ingest = runtime.build(state).ingest
     ingest.keys.clock = lambda: seconds[0]
-    assert ingest.authorize(pid, key).project_id == pid
+    assert auth.authorize(ingest.key_info(key), pid).project_id == pid
     with state.sessions() as session:
         session.query(ProjectKey).filter_by(public_key=key).update({"is_active": False})
         session.commit()
-    assert ingest.authorize(pid, key).project_id == pid  # cached: no store hit per request
+    assert (
+        auth.authorize(ingest.key_info(key), pid).project_id == pid
+    )  # cached: no store hit per request
     seconds[0] += ingest.keys.ttl + 1
     with pytest.raises(Exception) as info:
-        ingest.authorize(pid, key)
+        auth.authorize(ingest.key_info(key), pid)
     assert getattr(info.value, "status", None) == 403
 
 
