@@ -61,8 +61,12 @@ class _Zlib:
         while True:
             if self.decoder.eof:
                 rest = self.decoder.unused_data + self.pending
-                if not self.members or not rest:
+                if not rest:
                     return b""
+                if not self.members:
+                    # As for gzip below: bytes the stream does not account for mean the
+                    # body is not what the client meant to send, so nothing is stored.
+                    raise zlib.error("bytes follow the end of the deflate stream")
                 if not _GZIP_MAGIC.startswith(rest[:2]):
                     raise zlib.error("what follows the last gzip member is not gzip")
                 self.decoder = zlib.decompressobj(self.wbits)

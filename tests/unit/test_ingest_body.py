@@ -134,3 +134,15 @@ def test_zstd_frames_of_every_block_kind_are_read_whole():
     skippable = b"\x50\x2a\x4d\x18" + (3).to_bytes(4, "little") + b"abc"
     encoded = plain + skippable + streamed
     assert read_body(Trickle(encoded), "zstd", 2 * len(data)) == data + data
+
+
+@pytest.mark.parametrize("wbits", [15, -15])
+def test_bytes_after_the_end_of_a_deflate_stream_are_400(wbits):
+    deflate = zlib.compressobj(wbits=wbits)
+    encoded = deflate.compress(DATA) + deflate.flush()
+    assert read_body(Trickle(encoded), "deflate", len(DATA)) == DATA
+    with pytest.raises(BadRequest) as info:
+        read_body(Trickle(encoded + b"x"), "deflate", len(DATA))
+    assert info.value.message == (
+        "body is not valid deflate: bytes follow the end of the deflate stream"
+    )
