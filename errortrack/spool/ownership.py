@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,36 @@ def adopt_orphans(root: Path, own: Path, suffix: str, *, markers: str = "") -> l
             os.close(fd)
     fsync_dir(own)  # make the adopted renames durable before replaying them
     return sorted(own.glob(f"*{suffix}"))
+
+
+# A worker makes, locks and renames its ``.new-*`` directory within milliseconds; one
+# older than this whose lock is free was left by a process that died in between.
+STALE_STAGING_SECONDS = 60.0
+
+
+def remove_stale_staging(root: Path) -> None:
+    """Remove ``.new-*`` directories left empty by a crash before their rename.
+
+    Nothing is ever written in one but its lock file, so no data goes with it. A fresh
+    one may be another worker's about to be locked: removing that would fail its boot.
+    """
+    now = time.time()
+    for staging in root.glob(".new-*"):
+        try:
+            if now - staging.stat().st_mtime < STALE_STAGING_SECONDS:
+                continue
+            fd = lock(staging)
+        except OSError:
+            continue  # gone meanwhile (another worker removed it) or not a directory
+        if fd is None:
+            continue
+        try:
+            (staging / "lock").unlink()
+            staging.rmdir()
+        except OSError as exc:
+            log.warning("could not remove spool staging directory %s: %s", staging, exc)
+        finally:
+            os.close(fd)
 
 
 def fsync_dir(directory: Path) -> None:

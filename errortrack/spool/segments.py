@@ -143,6 +143,7 @@ class Spool:
             # The rename durable before any segment is written: after a power cut the
             # directory must come back as w-*, the only name adoption looks for.
             ownership.fsync_dir(self.root)
+            ownership.remove_stale_staging(self.root)
             self._adopt_orphans()
 
     def close(self) -> None:

@@ -709,3 +709,32 @@ def test_a_segment_that_cannot_be_made_durable_takes_no_records(tmp_path):
     # The segment whose directory entry could not be synced was removed, not reused.
     assert len([name for name in got["files"] if name.endswith(".seg")]) == 2
     assert got["stored"] == [0, 100]
+
+
+def test_staging_directories_left_by_a_crash_are_removed_but_not_fresh_or_locked_ones(
+    tmp_path,
+):
+    # A crash between a worker's mkdir of .new-w-* and its rename leaves the directory
+    # (with its lock file) behind; nothing adopts it, so the next start removes it.
+    from errortrack.spool import ownership
+
+    def staging(name: str, age: float) -> Path:
+        path = tmp_path / f".new-w-{name}"
+        path.mkdir(parents=True)
+        (path / "lock").touch()
+        then = time.time() - age
+        os.utime(path, (then, then))
+        return path
+
+    stale = staging("1-dead", ownership.STALE_STAGING_SECONDS + 5)
+    fresh = staging("2-fresh", 0)  # maybe a worker starting now, about to lock it
+    held = staging("3-held", ownership.STALE_STAGING_SECONDS + 5)
+    fd = ownership.lock(held)  # a live process between its lock and its rename
+    try:
+        spool = _spool(tmp_path)
+        assert not stale.exists()
+        assert fresh.is_dir() and held.is_dir()
+        assert spool.dir is not None and spool.dir.name.startswith("w-")
+    finally:
+        assert fd is not None
+        os.close(fd)
