@@ -204,7 +204,12 @@ def _trace_and_span(
         span_id = None if parent is None else parent.value
     if not span_id or not isinstance(span_id, str):
         return "", ""
-    return (trace_id if isinstance(trace_id, str) else ""), span_id
+    # Stored as filters and the trace view compare them: lower-case hex, a trace id
+    # without a UUID's dashes. SDKs send that already; other senders found their logs
+    # listed with a trace id that the trace_id filter then could not find.
+    if not isinstance(trace_id, str):
+        return "", span_id.lower()
+    return trace_id.replace("-", "").lower(), span_id.lower()
 
 
 def typed_maps(attributes: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -50,6 +50,10 @@ def candidates(attr: AttrFilter) -> list[tuple[str, str, list[Any]]]:
     found = []
     for column, ch_type, convert in MAPS:
         values = [v for v in map(convert, attr.values) if v is not None]
+        if ch_type == "Float64" and 0.0 in values:
+            # IN tells -0.0 from 0.0 (it compares bits), but a double sent as -0.0 is
+            # still zero: "attr[x]=0" finds both, as "=" would.
+            values = [*values, 0.0, -0.0]
         if values:
             found.append((column, ch_type, values))
     return found

@@ -30,7 +30,11 @@ MAX_ATTR_VALUE = 1000
 MAX_ATTR_FILTERS = 20
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _ATTR_KEY = re.compile(r"^attr\[(?P<name>[^\[\]]*)\]$")
-_INT = re.compile(r"^[+-]?\d{1,19}$")
+# ASCII digits only, the whole text (``\d`` takes any Unicode digit and ``$`` a trailing
+# newline, so an Arabic-Indic five or "5\n" matched the integer 5); float() is as loose,
+# hence _FLOAT.
+_INT = re.compile(r"[+-]?[0-9]{1,19}", re.ASCII)
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -86,13 +90,15 @@ def parse_time(raw: str, field: str) -> dt.datetime:
     """ISO 8601; a time without an offset is taken as UTC (the server runs in UTC)."""
     try:
         value = dt.datetime.fromisoformat(raw.strip())
-    except ValueError:
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        # Near year 1 or 9999 an offset carries the UTC time out of datetime's range.
+        value = value.astimezone(dt.UTC)
+    except (ValueError, OverflowError):
         raise ValidationError(
             f"{field} must be an ISO 8601 time such as 2026-11-01T12:00:00Z", field=field
         ) from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    return value.astimezone(dt.UTC)
+    return value
 
 
 def attr_filter_name(param: str) -> str | None:
@@ -129,17 +135,16 @@ def parse_attr_filters(params: Iterable[tuple[str, list[str]]]) -> tuple[AttrFil
 
 
 def as_int(value: str) -> int | None:
-    if not _INT.match(value):
+    if not _INT.fullmatch(value):
         return None
     number = int(value)
     return number if INT64_MIN <= number <= INT64_MAX else None
 
 
 def as_float(value: str) -> float | None:
-    try:
-        number = float(value)
-    except ValueError:
-        return None
+    if not _FLOAT.fullmatch(value):
+        return None  # float() also takes "1_5", " 15 ", "nan" and non-ASCII digits
+    number = float(value)
     return number if math.isfinite(number) else None
 
 

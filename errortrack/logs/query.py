@@ -24,8 +24,12 @@ COLUMNS = "id, level, severity_number, body, trace_id, span_id, attributes, time
 ORDER_BY = {
     "-timestamp": "timestamp DESC",
     "timestamp": "timestamp ASC",
-    "-severity": "severity_number DESC NULLS LAST, timestamp DESC",
-    "severity": "severity_number ASC NULLS LAST, timestamp DESC",
+    # These sort every matching row anyway, so ``id`` costs little here, and without it
+    # ClickHouse's partial sort orders tied rows differently for each LIMIT/OFFSET:
+    # paging skipped some logs and repeated others (an envelope's logs sent without a
+    # time all share its arrival time).
+    "-severity": "severity_number DESC NULLS LAST, timestamp DESC, id DESC",
+    "severity": "severity_number ASC NULLS LAST, timestamp DESC, id DESC",
 }
 _LIKE_SPECIALS = str.maketrans({"\\": "\\\\", "%": "\\%", "_": "\\_"})
 # ClickHouse's lower() (which the body index is built on) folds ASCII only; fold the
@@ -177,6 +181,15 @@ def iso_utc(value: dt.datetime) -> str:
     return value.isoformat(timespec="microseconds") + "Z"
 
 
+# What a DateTime64 column holds; no log is stored outside it, so a time beyond it
+# selects as the bound does.
+_TIME_MIN = dt.datetime(1900, 1, 1, tzinfo=dt.UTC)
+_TIME_MAX = dt.datetime(2299, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC)
+
+
 def _ch_time(value: dt.datetime) -> str:
-    # Sent as text in UTC so that no client or session time zone can shift it.
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    # Sent as text in UTC so that no client or session time zone can shift it; isoformat
+    # writes a four-digit year (strftime's %Y writes "1" for year 1, which ClickHouse
+    # refused: a 500 until the seventeenth session).
+    value = min(max(value.astimezone(dt.UTC), _TIME_MIN), _TIME_MAX)
+    return value.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")

@@ -8,6 +8,8 @@ from errortrack.errors import ValidationError
 from errortrack.logs.filters import (
     AttrFilter,
     LogFilter,
+    as_float,
+    as_int,
     attr_filter_name,
     parse_attr_filters,
     parse_levels,
@@ -61,6 +63,33 @@ def test_times():
     assert parse_time("2026-11-01", "start") == dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
     for bad in ["yesterday", "2026-13-01", "", "1700000000"]:
         assert _field(parse_time, bad, "start") == "start"
+    # The offset carries these out of datetime's range (an OverflowError, a 500 before).
+    assert _field(parse_time, "0001-01-01T00:00:00+01:00", "start") == "start"
+    assert _field(parse_time, "9999-12-31T23:59:59-01:00", "end") == "end"
+
+
+@pytest.mark.parametrize(
+    ("text", "integer", "double"),
+    [
+        ("503", 503, 503.0),
+        ("-7", -7, -7.0),
+        ("+1", 1, 1.0),
+        ("1.5e3", None, 1500.0),
+        (".5", None, 0.5),
+        ("9223372036854775808", None, 9223372036854775808.0),
+        # float() and \d took these; none is a number as a filter's text means one.
+        ("\u0665", None, None),  # ARABIC-INDIC DIGIT FIVE
+        ("\uff15", None, None),  # FULLWIDTH DIGIT FIVE
+        ("5\n", None, None),
+        (" 15 ", None, None),
+        ("1_5", None, None),
+        ("nan", None, None),
+        ("inf", None, None),
+        ("1e400", None, None),
+    ],
+)
+def test_numeric_filter_values_are_ascii_numbers_only(text, integer, double):
+    assert (as_int(text), as_float(text)) == (integer, double)
 
 
 def test_attribute_params():
