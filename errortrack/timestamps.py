@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Any
 
 # Sentry's own window: an event, span or log dated too far from its arrival gets its
@@ -74,3 +75,14 @@ def drift(sent_at: Any, received: float) -> float:
 def storable(ts: float, fallback: float) -> float:
     """``ts`` when a row can carry it (``MIN_STORABLE``..``MAX_STORABLE``), else ``fallback``."""
     return ts if MIN_STORABLE <= ts <= MAX_STORABLE else fallback
+
+
+def finite(value: Any) -> float | None:
+    """``parse``, with NaN and the infinities (``"nan"``, ``1e400``) as no time at all."""
+    ts = parse(value)
+    return ts if ts is not None and math.isfinite(ts) else None
+
+
+def in_window(ts: float, received: float) -> bool:
+    """Whether a time on the server's clock lies in Sentry's window around the arrival."""
+    return received - MAX_PAST <= ts <= received + MAX_FUTURE

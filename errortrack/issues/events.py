@@ -17,11 +17,12 @@ from errortrack import timestamps
 from errortrack.errors import BadRequest
 from errortrack.issues import summary
 from errortrack.issues.fingerprint import fingerprint
+from errortrack.traces.rows import hex_id
 
 if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
 
-_EVENT_ID = re.compile(r"^[0-9a-fA-F]{8}-?(?:[0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
+_EVENT_ID = re.compile(r"[0-9a-fA-F]{8}-?(?:[0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}")
 
 
 def handle_event(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> ItemRows:
@@ -52,7 +53,9 @@ def event_id_of(event: dict[str, Any], envelope_header: dict[str, Any]) -> str:
     raw = event.get("event_id") or envelope_header.get("event_id")
     if raw is None:
         return uuid.uuid4().hex
-    if not isinstance(raw, str) or not _EVENT_ID.match(raw):
+    # fullmatch: "$" also matched before a final newline, and uuid.UUID then refused
+    # the id (a 500 until the seventeenth session).
+    if not isinstance(raw, str) or not _EVENT_ID.fullmatch(raw):
         raise BadRequest("event_id must be 32 hexadecimal characters")
     return raw.replace("-", "").lower()
 
@@ -67,11 +70,7 @@ def _trace(event: dict[str, Any]) -> tuple[str, str]:
     trace = contexts.get("trace") if isinstance(contexts, dict) else None
     if not isinstance(trace, dict):
         return "", ""
-    trace_id, span_id = trace.get("trace_id"), trace.get("span_id")
-    return (
-        trace_id if isinstance(trace_id, str) else "",
-        span_id if isinstance(span_id, str) else "",
-    )
+    return hex_id(trace, "trace_id"), hex_id(trace, "span_id")
 
 
 def event_row(

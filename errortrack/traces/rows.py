@@ -53,6 +53,32 @@ def _flatten(source: Mapping[str, Any], prefix: str, out: dict[str, dict[str, An
             out[name] = {"value": value, "type": kind}
 
 
+def item_shift(anchor: float | None, received: float, drift: float) -> float:
+    """Seconds to move every span of an item by: the clock drift, or what brings its
+    ``anchor`` (the segment's start) to the arrival when that start is implausible."""
+    return 0.0 if anchor is None else timestamps.corrected(anchor, received, drift) - anchor
+
+
+def placed(
+    start: float | None, end: float | None, shift: float, anchor: float, received: float
+) -> tuple[float, float]:
+    """One span's (start, end), moved by its item's ``shift``.
+
+    A span whose own start still lies outside Sentry's window (a bad clock, a start of
+    0) starts at ``anchor``, its segment's start, instead of moving its siblings: one
+    such span had shifted a whole item decades ahead, past its retention, or left a
+    sibling dated 1970 for the TTL. An end outside the window, or before the start, ends
+    the span where it starts.
+    """
+    begin = anchor if start is None else start + shift
+    if not timestamps.in_window(begin, received):
+        begin = anchor
+    finish = begin if end is None else end + shift
+    if finish < begin or not timestamps.in_window(finish, received):
+        finish = begin
+    return begin, finish
+
+
 def span_row(
     *,
     project_id: int,
@@ -98,3 +124,10 @@ def span_row(
 def text(source: Mapping[str, Any], key: str) -> str:
     value = source.get(key)
     return value if isinstance(value, str) else ""
+
+
+def hex_id(source: Mapping[str, Any], key: str) -> str:
+    """A trace or span id as the API and the trace view compare it: lower-case, without a
+    UUID's dashes (SDKs send that already; an upper-case id was stored as sent and its
+    trace then never found)."""
+    return text(source, key).replace("-", "").lower()

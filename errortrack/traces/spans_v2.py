@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from errortrack import timestamps
 from errortrack.errors import BadRequest
 from errortrack.ingest.envelope import container_items
-from errortrack.traces.rows import span_row, text
+from errortrack.traces.rows import hex_id, item_shift, placed, span_row, text
 
 if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
@@ -33,18 +33,32 @@ def _attribute_text(attributes: dict[str, Any], name: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _anchor(spans: list[Any]) -> float | None:
+    """The item's reference time: its segment span's start, else its latest start (spans
+    end before the envelope is sent, so the latest is the nearest to the arrival)."""
+    starts = []
+    for span in spans:
+        if isinstance(span, dict) and (start := timestamps.finite(span.get("start_timestamp"))):
+            if span.get("is_segment") is True:
+                return start
+            starts.append(start)
+    return max(starts, default=None)
+
+
 def rows(spans: list[Any], ctx: ItemContext) -> list[dict[str, Any]]:
     received = ctx.received_at.timestamp()
-    starts = [timestamps.parse(s.get("start_timestamp")) for s in spans if isinstance(s, dict)]
-    first = min((s for s in starts if s is not None), default=None)
+    anchor = _anchor(spans)
     # One shift for the whole item (the clock drift, or to the arrival when the SDK's
     # clock is implausible): spans keep their places relative to each other.
-    shift = 0.0 if first is None else timestamps.clamped(first, received, ctx.drift) - first
-    return [_row(span, i, ctx, received, shift) for i, span in enumerate(spans)]
+    shift = item_shift(anchor, received, ctx.drift)
+    placed_anchor = received if anchor is None else anchor + shift
+    return [_row(span, i, ctx, received, shift, placed_anchor) for i, span in enumerate(spans)]
 
 
-def _row(span: Any, index: int, ctx: ItemContext, received: float, shift: float) -> dict[str, Any]:
-    if not isinstance(span, dict) or not text(span, "trace_id") or not text(span, "span_id"):
+def _row(
+    span: Any, index: int, ctx: ItemContext, received: float, shift: float, anchor: float
+) -> dict[str, Any]:
+    if not isinstance(span, dict) or not hex_id(span, "trace_id") or not hex_id(span, "span_id"):
         raise BadRequest(f"span {index} needs a trace_id and a span_id")
     attributes = span.get("attributes")
     if attributes is None:
@@ -52,24 +66,28 @@ def _row(span: Any, index: int, ctx: ItemContext, received: float, shift: float)
     elif not isinstance(attributes, dict):
         raise BadRequest(f"span {index}: attributes must be an object")
     is_segment = span.get("is_segment") is True
-    start = timestamps.parse(span.get("start_timestamp"))
-    start = received - shift if start is None else start
-    end = timestamps.parse(span.get("end_timestamp"))
+    start, end = placed(
+        timestamps.finite(span.get("start_timestamp")),
+        timestamps.finite(span.get("end_timestamp")),
+        shift,
+        anchor,
+        received,
+    )
     name = text(span, "name")
     return span_row(
         project_id=ctx.project_id,
-        trace_id=text(span, "trace_id"),
-        span_id=text(span, "span_id"),
-        parent_span_id=text(span, "parent_span_id"),
-        segment_id=_attribute_text(attributes, "sentry.segment.id")
-        or (text(span, "span_id") if is_segment else ""),
+        trace_id=hex_id(span, "trace_id"),
+        span_id=hex_id(span, "span_id"),
+        parent_span_id=hex_id(span, "parent_span_id"),
+        segment_id=_attribute_text(attributes, "sentry.segment.id").lower()
+        or (hex_id(span, "span_id") if is_segment else ""),
         segment_name=_attribute_text(attributes, "sentry.segment.name")
         or (name if is_segment else ""),
         is_segment=is_segment,
         op=_attribute_text(attributes, "sentry.op"),
         description=name,
-        start=start + shift,
-        end=(start if end is None else end) + shift,
+        start=start,
+        end=end,
         status=text(span, "status"),
         received_at=received,
         attributes=attributes,

@@ -14,7 +14,7 @@ import orjson
 
 from errortrack import timestamps
 from errortrack.errors import BadRequest
-from errortrack.traces.rows import infer_attributes, span_row, text
+from errortrack.traces.rows import hex_id, infer_attributes, item_shift, placed, span_row, text
 
 if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
@@ -35,7 +35,7 @@ def handle_transaction(payload: bytes, headers: dict[str, Any], ctx: ItemContext
 def _root_context(event: dict[str, Any]) -> dict[str, Any]:
     contexts = event.get("contexts")
     trace = contexts.get("trace") if isinstance(contexts, dict) else None
-    if not isinstance(trace, dict) or not text(trace, "trace_id") or not text(trace, "span_id"):
+    if not isinstance(trace, dict) or not hex_id(trace, "trace_id") or not hex_id(trace, "span_id"):
         raise BadRequest("transaction needs contexts.trace with trace_id and span_id")
     return trace
 
@@ -43,17 +43,17 @@ def _root_context(event: dict[str, Any]) -> dict[str, Any]:
 def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
     trace = _root_context(event)
     received = ctx.received_at.timestamp()
-    start = timestamps.parse(event.get("start_timestamp"))
+    first = timestamps.finite(event.get("start_timestamp"))
     # Shift every span by the same amount (the clock drift, or to the arrival when the
     # SDK's clock is implausible), so that the spans keep their places relative to each
-    # other.
-    shift = 0.0 if start is None else timestamps.clamped(start, received, ctx.drift) - start
-    start = received if start is None else start
+    # other; a child still outside the window starts with the root (rows.placed).
+    shift = item_shift(first, received, ctx.drift)
+    start, end = placed(first, timestamps.finite(event.get("timestamp")), shift, received, received)
     name = text(event, "transaction")
     common: dict[str, Any] = {
         "project_id": ctx.project_id,
-        "trace_id": text(trace, "trace_id"),
-        "segment_id": text(trace, "span_id"),
+        "trace_id": hex_id(trace, "trace_id"),
+        "segment_id": hex_id(trace, "span_id"),
         "segment_name": name,
         "received_at": received,
         "retention_days": ctx.retention_days,
@@ -64,42 +64,50 @@ def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
         "sentry.release": event.get("release"),
         "sentry.environment": event.get("environment"),
     }
-    end = timestamps.parse(event.get("timestamp"))
     root = span_row(
         **common,
-        span_id=text(trace, "span_id"),
-        parent_span_id=text(trace, "parent_span_id"),
+        span_id=hex_id(trace, "span_id"),
+        parent_span_id=hex_id(trace, "parent_span_id"),
         is_segment=True,
         op=text(trace, "op"),
         description=text(trace, "description") or name,
-        start=start + shift,
-        end=(start if end is None else end) + shift,
+        start=start,
+        end=end,
         status=text(trace, "status"),
         attributes=infer_attributes(scope, trace.get("data"), event.get("tags")),
     )
     children = event.get("spans")
     spans = [s for s in children if isinstance(s, dict)] if isinstance(children, list) else []
-    return [root, *(_child(s, common, scope, start, shift) for s in spans)]
+    return [root, *(_child(s, common, scope, start, shift, received) for s in spans)]
 
 
 def _child(
-    span: dict[str, Any], common: dict[str, Any], scope: dict[str, Any], start: float, shift: float
+    span: dict[str, Any],
+    common: dict[str, Any],
+    scope: dict[str, Any],
+    start: float,
+    shift: float,
+    received: float,
 ) -> dict[str, Any]:
-    if not text(span, "span_id"):
+    if not hex_id(span, "span_id"):
         raise BadRequest("every span of a transaction needs a span_id")
-    begin = timestamps.parse(span.get("start_timestamp"))
-    begin = start if begin is None else begin
-    end = timestamps.parse(span.get("timestamp"))
+    begin, end = placed(
+        timestamps.finite(span.get("start_timestamp")),
+        timestamps.finite(span.get("timestamp")),
+        shift,
+        start,
+        received,
+    )
     return span_row(
-        **{**common, "trace_id": text(span, "trace_id") or common["trace_id"]},
-        span_id=text(span, "span_id"),
+        **{**common, "trace_id": hex_id(span, "trace_id") or common["trace_id"]},
+        span_id=hex_id(span, "span_id"),
         # A child without a parent hangs off the root, where the SDK recorded it.
-        parent_span_id=text(span, "parent_span_id") or common["segment_id"],
+        parent_span_id=hex_id(span, "parent_span_id") or common["segment_id"],
         is_segment=False,
         op=text(span, "op"),
         description=text(span, "description"),
-        start=begin + shift,
-        end=(begin if end is None else end) + shift,
+        start=begin,
+        end=end,
         status=text(span, "status"),
         attributes=infer_attributes(scope, span.get("data"), span.get("tags")),
     )

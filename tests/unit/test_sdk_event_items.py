@@ -192,3 +192,115 @@ def test_implausible_timestamp_gets_the_arrival_time():
 def test_malformed_payloads_are_refused_with_a_clear_error(handler, payload, message):
     with pytest.raises(BadRequest, match=message):
         handler(payload, {}, ctx())
+
+
+def _v2_span(span_id, start, end, *, parent="", segment=False):
+    return {
+        "trace_id": "ab" * 16,
+        "span_id": span_id,
+        "parent_span_id": parent,
+        "name": span_id,
+        "start_timestamp": start,
+        "end_timestamp": end,
+        "is_segment": segment,
+    }
+
+
+@pytest.mark.parametrize("bad_start", [RECEIVED.timestamp() - 40 * 86400, 0, 1, "nan", 1e20])
+def test_one_span_with_a_bad_clock_moves_no_other_span(bad_start):
+    # The item's shift was taken from its earliest start: one span 40 days old (or at 0)
+    # dated the root and its good children 40 days (or 56 years) ahead.
+    now = RECEIVED.timestamp() - 2
+    spans = [
+        _v2_span("1" * 16, now, now + 1, segment=True),
+        _v2_span("2" * 16, now + 0.1, now + 0.5, parent="1" * 16),
+        _v2_span("3" * 16, bad_start, now + 0.7, parent="1" * 16),
+    ]
+    payload = orjson.dumps({"version": 2, "items": spans})
+    rows = _by_id(handle_span(payload, {"type": "span"}, ctx()).spans)
+    assert rows["1" * 16]["start_timestamp"] == now
+    assert rows["1" * 16]["duration_us"] == 1_000_000
+    assert rows["2" * 16]["start_timestamp"] == now + 0.1
+    # The bad one starts with its segment; its end is kept when it is plausible.
+    assert rows["3" * 16]["start_timestamp"] == now
+    assert rows["3" * 16]["duration_us"] == 700_000
+
+
+def test_a_transaction_child_with_a_bad_clock_starts_with_its_root():
+    now = RECEIVED.timestamp() - 2
+    year = 365 * 86400.0
+    event = {
+        "type": "transaction",
+        "transaction": "GET /",
+        "start_timestamp": now,
+        "timestamp": now + 1,
+        "contexts": {"trace": {"trace_id": "ab" * 16, "span_id": "1" * 16}},
+        "spans": [
+            {"span_id": "2" * 16, "start_timestamp": now + 0.2, "timestamp": now + 0.4},
+            {"span_id": "3" * 16, "start_timestamp": now + year, "timestamp": now + year + 1},
+            {"span_id": "4" * 16, "start_timestamp": 1, "timestamp": 2},
+            {"span_id": "5" * 16, "start_timestamp": now + 0.5, "timestamp": now - 1},
+        ],
+    }
+    rows = _by_id(handle_transaction(orjson.dumps(event), {}, ctx()).spans)
+    assert [rows[c * 16]["start_timestamp"] for c in "12345"] == [
+        now,
+        now + 0.2,
+        now,
+        now,
+        now + 0.5,
+    ]
+    assert [rows[c * 16]["duration_us"] for c in "12345"] == [1_000_000, 200_000, 0, 0, 0]
+
+
+def test_a_whole_item_from_a_wrong_clock_moves_together_to_the_arrival():
+    old = RECEIVED.timestamp() - 90 * 86400  # the device's clock three months behind
+    spans = [
+        _v2_span("1" * 16, old, old + 1, segment=True),
+        _v2_span("2" * 16, old + 0.25, old + 0.5, parent="1" * 16),
+    ]
+    payload = orjson.dumps({"version": 2, "items": spans})
+    rows = _by_id(handle_span(payload, {"type": "span"}, ctx()).spans)
+    assert rows["1" * 16]["start_timestamp"] == RECEIVED.timestamp()
+    assert rows["2" * 16]["start_timestamp"] == RECEIVED.timestamp() + 0.25
+    assert rows["2" * 16]["duration_us"] == 250_000
+
+
+@pytest.mark.parametrize("where", ["event", "envelope"])
+def test_an_event_id_with_a_trailing_newline_is_400(where):
+    # "$" matched before the newline and uuid.UUID then refused the id: a 500.
+    event_id = "b" * 32 + "\n"
+    event = {"message": "m", **({"event_id": event_id} if where == "event" else {})}
+    header = {"event_id": event_id} if where == "envelope" else {}
+    with pytest.raises(BadRequest, match="event_id must be 32 hexadecimal characters"):
+        handle_event(orjson.dumps(event), {}, ctx(header))
+
+
+def test_trace_and_span_ids_are_stored_lower_case_without_dashes():
+    # The API's trace filter and trace view compare lower-case hex: an upper-case or
+    # dashed id stored as sent was listed but its trace never found.
+    trace = "9025BFBF-D9A3-477B-968F-CA308B9A2566"
+    expected = "9025bfbfd9a3477b968fca308b9a2566"
+    now = RECEIVED.timestamp() - 1
+    event = {"message": "m", "contexts": {"trace": {"trace_id": trace, "span_id": "ABCD" * 4}}}
+    [row] = handle_event(orjson.dumps(event), {}, ctx()).events
+    assert (row["trace_id"], row["span_id"]) == (expected, "abcd" * 4)
+    transaction = {
+        "type": "transaction",
+        "start_timestamp": now,
+        "timestamp": now + 1,
+        "contexts": {"trace": {"trace_id": trace, "span_id": "ABCD" * 4}},
+        "spans": [{"span_id": "EF01" * 4, "parent_span_id": "ABCD" * 4, "start_timestamp": now}],
+    }
+    spans = handle_transaction(orjson.dumps(transaction), {}, ctx()).spans
+    assert {(r["trace_id"], r["span_id"], r["parent_span_id"], r["segment_id"]) for r in spans} == {
+        (expected, "abcd" * 4, "", "abcd" * 4),
+        (expected, "ef01" * 4, "abcd" * 4, "abcd" * 4),
+    }
+    v2 = [_v2_span("ABCD" * 4, now, now + 1, segment=True) | {"trace_id": trace}]
+    [span] = handle_span(orjson.dumps({"version": 2, "items": v2}), {}, ctx()).spans
+    assert (span["trace_id"], span["span_id"], span["segment_id"]) == (
+        expected,
+        "abcd" * 4,
+        "abcd" * 4,
+    )
