@@ -140,6 +140,9 @@ class Issue(Base):
         sa.UniqueConstraint("project_id", "fingerprint"),
         sa.Index("ix_issues_project_last_seen", "project_id", "last_seen"),
         sa.CheckConstraint("status IN ('unresolved', 'resolved', 'muted')", name="status"),
+        # Its events stay in ClickHouse keyed by its id, and some may land after a
+        # delete: a reused id would list them under an unrelated new issue (0004).
+        {"sqlite_autoincrement": True},
     )
 
 
