@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import msgspec
 import orjson
 
 from errortrack.errors import BadRequest
@@ -85,14 +86,16 @@ def _payload(body: bytes, start: int, header: dict[str, Any], number: int) -> tu
     return body[start:end], end + 1
 
 
-def container_items(payload: bytes, kind: str) -> list[Any]:
+def container_items(payload: bytes, kind: str, *, exact: bool = False) -> list[Any]:
     """The ``items`` list of a ``{"items": [...]}`` item payload (log and span v2 items).
 
-    Anything else is a 400 that names the item kind, so the whole envelope is refused
-    before anything is spooled."""
+    ``exact`` reads with msgspec, which keeps an integer beyond 64 bits an integer
+    (orjson makes it a float, and the stored attribute then said "integer" beside a
+    float). Anything else is a 400 that names the item kind, so the whole envelope is
+    refused before anything is spooled."""
     try:
-        container = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
+        container = msgspec.json.decode(payload) if exact else orjson.loads(payload)
+    except (orjson.JSONDecodeError, msgspec.DecodeError) as exc:
         raise BadRequest(f"{kind} item payload is not valid JSON: {exc}") from None
     items = container.get("items") if isinstance(container, dict) else None
     if not isinstance(items, list):

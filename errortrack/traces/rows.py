@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
+import msgspec
 
 from errortrack import timestamps
 from errortrack.ingest.logs import INT64_MAX, INT64_MIN, typed_maps
@@ -115,7 +115,9 @@ def span_row(
         "duration_us": max(0, round((end - start) * 1_000_000)),
         "status": status,
         "received_at": received_at,
-        "attributes": orjson.dumps(attributes).decode(),
+        # msgspec writes integers beyond 64 bits, which orjson refuses (spans_v2 reads
+        # them exactly).
+        "attributes": msgspec.json.encode(attributes).decode(),
         **typed_maps(attributes),
         "retention_days": retention_days,
     }

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 def handle_span(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> ItemRows:
     from errortrack.ingest.items import ItemRows
 
-    spans = container_items(payload, "span")
+    spans = container_items(payload, "span", exact=True)
     return ItemRows(spans=rows(spans, ctx))
 
 

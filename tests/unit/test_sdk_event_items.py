@@ -304,3 +304,19 @@ def test_trace_and_span_ids_are_stored_lower_case_without_dashes():
         "abcd" * 4,
         "abcd" * 4,
     )
+
+
+def test_span_v2_attributes_keep_integers_beyond_64_bits():
+    # Read with orjson they became floats, stored beside "type": "integer".
+    now = RECEIVED.timestamp() - 1
+    span = _v2_span("1" * 16, now, now + 1, segment=True)
+    payload = orjson.dumps({"version": 2, "items": [span]}).replace(
+        b'"is_segment":true',
+        b'"is_segment":true,"attributes":{"g":{"value":1180591620717411303424,"type":"integer"},'
+        b'"n":{"value":7,"type":"integer"}}',
+    )
+    [row] = handle_span(payload, {"type": "span"}, ctx()).spans
+    assert row["attributes"] == (
+        '{"g":{"value":1180591620717411303424,"type":"integer"},"n":{"value":7,"type":"integer"}}'
+    )
+    assert row["attr_int"] == {"n": 7}  # beyond Int64: kept as sent, not filterable as one
