@@ -67,6 +67,11 @@ class PayloadTooLarge(ErrortrackError):
     code = "payload_too_large"
 
 
+class UnsupportedMediaType(ErrortrackError):
+    status = 415
+    code = "unsupported_media_type"
+
+
 class _RetryLater(ErrortrackError):
     def __init__(self, message: str, *, retry_after: int, **kwargs: str | None) -> None:
         super().__init__(message, **kwargs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import falcon
 
 from errortrack.api.auth import login_session, principal
@@ -35,10 +37,16 @@ def set_session_cookie(resp: falcon.Response, secret: str, *, secure: bool) -> N
     )
 
 
+def secure_cookies(state: AppState) -> bool:
+    # The scheme is case-insensitive (RFC 3986): "HTTPS://..." is https too, and a
+    # prefix test on the raw setting sent the cookie without Secure.
+    return urlsplit(state.settings.public_url).scheme.lower() == "https"
+
+
 def _session_answer(
     resp: falcon.Response, state: AppState, user: User, new: sessions.NewSession
 ) -> None:
-    set_session_cookie(resp, new.secret, secure=state.settings.public_url.startswith("https:"))
+    set_session_cookie(resp, new.secret, secure=secure_cookies(state))
     resp.media = SessionOut().dump({"user": user, "csrf_token": new.login.csrf_token})
 
 
@@ -69,7 +77,7 @@ class Login:
 
 class Logout:
     def __init__(self, state: AppState) -> None:
-        self._secure = state.settings.public_url.startswith("https:")
+        self._secure = secure_cookies(state)
 
     @api_doc("End the current login session and clear its cookie", status=204, tags=("auth",))
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:

@@ -19,6 +19,10 @@ class Healthz:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.media = {"status": "ok"}
 
+    # Load balancers probe with HEAD too (HTTP says HEAD goes wherever GET does); the
+    # server sends no body for it.
+    on_head = on_get
+
 
 class Readyz:
     def __init__(self, state: AppState) -> None:
@@ -36,3 +40,5 @@ class Readyz:
             "clickhouse": "ok",
             "quarantined_rows": kept.count(),
         }
+
+    on_head = on_get

@@ -68,7 +68,12 @@ def resolve_session(
 
 
 def csrf_ok(login: LoginSession, header: str | None) -> bool:
-    return bool(header) and hmac.compare_digest(login.csrf_token, header or "")
+    if not header:
+        return False
+    # As bytes: compare_digest refuses str with non-ASCII characters (a TypeError, so a
+    # 500), and header values arrive decoded as latin-1, whatever the client sent.
+    sent = header.encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(login.csrf_token.encode(), sent)
 
 
 def end_session(session: Session, session_id: int) -> None:

@@ -60,15 +60,24 @@ def test_login_sets_an_httponly_samesite_cookie_and_returns_the_csrf_token(world
     assert me.json["csrf_token"] == resp.json["csrf_token"]
 
 
-def test_cookie_is_secure_when_the_public_url_is_https(state, world):
+@pytest.mark.parametrize(
+    ("public_url", "secure"),
+    [
+        ("https://errors.example.com", True),
+        # The scheme is case-insensitive; a prefix test on "https:" missed this one.
+        ("HTTPS://errors.example.com", True),
+        ("http://errors.example.com", False),
+    ],
+)
+def test_cookie_is_secure_when_the_public_url_is_https(state, world, public_url, secure):
     import dataclasses
 
-    https = dataclasses.replace(state.settings, public_url="https://errors.example.com")
+    https = dataclasses.replace(state.settings, public_url=public_url)
     other = AppState.build(
         https, engine=state.engine, clickhouse=state.clickhouse, clock=state.clock
     )
     client = falcon.testing.TestClient(create_app(state=other))
-    assert _login(client).cookies[COOKIE].secure
+    assert _login(client).cookies[COOKIE].secure is secure
 
 
 def test_cookie_write_needs_the_csrf_header(world):
@@ -218,3 +227,80 @@ def test_non_json_body_is_400(world):
     )
     assert resp.status_code == 400
     assert resp.json["error"]["code"] == "bad_request"
+
+
+@pytest.mark.parametrize("header", ["café", "\xff\xfe", "ünïcödé-token"])
+def test_a_non_ascii_csrf_header_is_403_not_500(world, header):
+    # compare_digest refused the str (a TypeError): any cookie holder could make a 500.
+    cookie, _ = _session(world, "padmin@example.com")
+    path = f"/api/projects/{world.project_id}"
+    resp = world.client.simulate_patch(
+        path,
+        cookies={COOKIE: cookie},
+        json={"name": "x"},
+        headers={"X-CSRF-Token": header.encode("utf-8").decode("latin-1")},
+    )
+    assert resp.status_code == 403 and resp.json["error"]["code"] == "forbidden"
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "text/plain",
+        "text/plain; charset=utf-8",
+    ],
+)
+def test_login_from_a_form_or_text_is_415_and_sets_no_cookie(world, content_type):
+    # What another site's page can send without a CORS preflight: a form that signed
+    # the visitor's browser into the sender's account (login CSRF).
+    for body in (
+        b"email=viewer%40example.com&password=" + PASSWORD.encode(),
+        b'{"email": "viewer@example.com", "password": "' + PASSWORD.encode() + b'"}',
+    ):
+        resp = world.client.simulate_post(
+            "/auth/login", body=body, headers={"Content-Type": content_type}
+        )
+        assert resp.status_code == 415, resp.text
+        assert resp.json["error"]["code"] == "unsupported_media_type"
+        assert COOKIE not in resp.cookies
+
+
+def test_login_without_a_content_type_is_read_as_json(world):
+    body = b'{"email": "viewer@example.com", "password": "' + PASSWORD.encode() + b'"}'
+    resp = world.client.simulate_post("/auth/login", body=body, headers={"Content-Type": ""})
+    assert resp.status_code == 200, resp.text
+
+
+@pytest.mark.parametrize("depth", [400, 1000])
+def test_deeply_nested_json_is_400_not_500(world, depth):
+    # The NUL check recursed and ran out of stack at ~330 levels, before orjson's 1024.
+    nested = "[" * depth + "]" * depth
+    body = ('{"email": ' + nested + ', "password": "x"}').encode()
+    resp = world.client.simulate_post(
+        "/auth/login", body=body, headers={"Content-Type": "application/json"}
+    )
+    assert resp.status_code == 400, resp.text
+    assert resp.json["error"]["field"] == "email"
+
+
+def test_a_body_over_the_cap_is_413_before_it_is_read(world):
+    from errortrack.api.schemas import MAX_BODY_BYTES
+
+    email = "a" * MAX_BODY_BYTES + "@example.com"
+    resp = _login(world.client, email)
+    assert resp.status_code == 413 and resp.json["error"]["code"] == "payload_too_large"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"email": "a" * 309 + "@example.com", "password": PASSWORD}, "email"),
+        ({"email": "viewer@example.com", "password": "p" * 1025}, "password"),
+    ],
+)
+def test_emails_and_passwords_beyond_any_real_one_are_400(world, body, field):
+    # Kept as the throttle's key (the email) or hashed whole (the password) otherwise.
+    resp = world.client.simulate_post("/auth/login", json=body)
+    assert resp.status_code == 400 and resp.json["error"]["field"] == field

@@ -24,6 +24,14 @@ def test_healthz(client):
     assert resp.json == {"status": "ok"}
 
 
+def test_health_probes_answer_head(client):
+    # Load balancers probe with HEAD too; it was a 405.
+    for path in ("/healthz", "/readyz"):
+        resp = client.simulate_head(path)
+        assert resp.status_code == 200, path
+        assert resp.content == b""
+
+
 def test_readyz_when_both_stores_answer(client):
     resp = client.simulate_get("/readyz")
     assert resp.status_code == 200, resp.text

@@ -24,9 +24,16 @@ class UserOut(Schema):
     created_at = fields.DateTime(required=True)
 
 
+# Bounds on what a caller without credentials can make the server hash (argon2 reads
+# the whole password) and keep (the login throttle's keys hold the email). No address
+# is longer than 320 characters (RFC 3696); 1024 leaves room for any passphrase.
+_email = validate.Length(max=320)
+_password = validate.Length(max=1024)
+
+
 class LoginIn(Schema):
-    email = fields.Str(required=True)
-    password = fields.Str(required=True)
+    email = fields.Str(required=True, validate=_email)
+    password = fields.Str(required=True, validate=_password)
 
 
 class SessionOut(Schema):
@@ -75,7 +82,7 @@ class InvitationPublicOut(Schema):
 
 
 class AcceptIn(Schema):
-    password = fields.Str(required=True)
+    password = fields.Str(required=True, validate=_password)
 
 
 class ProjectIn(Schema):
