@@ -53,6 +53,24 @@ def _flatten(source: Mapping[str, Any], prefix: str, out: dict[str, dict[str, An
             out[name] = {"value": value, "type": kind}
 
 
+def anchor_of(
+    segment: float | None, starts: list[float], received: float, drift: float
+) -> float | None:
+    """The start an item's shift is taken from: the segment's when it is plausible, else
+    the latest plausible one (spans end before the envelope is sent), else the segment's
+    or the latest: then the whole item comes from a wrong clock and moves together."""
+
+    def plausible(ts: float) -> bool:
+        return timestamps.in_window(ts + drift, received)
+
+    if segment is not None and plausible(segment):
+        return segment
+    good = [ts for ts in starts if plausible(ts)]
+    if good:
+        return max(good)
+    return segment if segment is not None else max(starts, default=None)
+
+
 def item_shift(anchor: float | None, received: float, drift: float) -> float:
     """Seconds to move every span of an item by: the clock drift, or what brings its
     ``anchor`` (the segment's start) to the arrival when that start is implausible."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from errortrack import timestamps
 from errortrack.errors import BadRequest
 from errortrack.ingest.envelope import container_items
-from errortrack.traces.rows import hex_id, item_shift, placed, span_row, text
+from errortrack.traces.rows import anchor_of, hex_id, item_shift, placed, span_row, text
 
 if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
@@ -33,21 +33,21 @@ def _attribute_text(attributes: dict[str, Any], name: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _anchor(spans: list[Any]) -> float | None:
-    """The item's reference time: its segment span's start, else its latest start (spans
-    end before the envelope is sent, so the latest is the nearest to the arrival)."""
+def _anchor(spans: list[Any], received: float, drift: float) -> float | None:
+    segment = None
     starts = []
     for span in spans:
-        if isinstance(span, dict) and (start := timestamps.finite(span.get("start_timestamp"))):
-            if span.get("is_segment") is True:
-                return start
+        start = timestamps.finite(span.get("start_timestamp")) if isinstance(span, dict) else None
+        if start is not None:
             starts.append(start)
-    return max(starts, default=None)
+            if segment is None and span.get("is_segment") is True:
+                segment = start
+    return anchor_of(segment, starts, received, drift)
 
 
 def rows(spans: list[Any], ctx: ItemContext) -> list[dict[str, Any]]:
     received = ctx.received_at.timestamp()
-    anchor = _anchor(spans)
+    anchor = _anchor(spans, received, ctx.drift)
     # One shift for the whole item (the clock drift, or to the arrival when the SDK's
     # clock is implausible): spans keep their places relative to each other.
     shift = item_shift(anchor, received, ctx.drift)

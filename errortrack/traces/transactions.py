@@ -14,7 +14,15 @@ import orjson
 
 from errortrack import timestamps
 from errortrack.errors import BadRequest
-from errortrack.traces.rows import hex_id, infer_attributes, item_shift, placed, span_row, text
+from errortrack.traces.rows import (
+    anchor_of,
+    hex_id,
+    infer_attributes,
+    item_shift,
+    placed,
+    span_row,
+    text,
+)
 
 if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
@@ -44,11 +52,16 @@ def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
     trace = _root_context(event)
     received = ctx.received_at.timestamp()
     first = timestamps.finite(event.get("start_timestamp"))
+    children = event.get("spans")
+    spans = [s for s in children if isinstance(s, dict)] if isinstance(children, list) else []
+    starts = [timestamps.finite(s.get("start_timestamp")) for s in spans]
     # Shift every span by the same amount (the clock drift, or to the arrival when the
     # SDK's clock is implausible), so that the spans keep their places relative to each
-    # other; a child still outside the window starts with the root (rows.placed).
-    shift = item_shift(first, received, ctx.drift)
-    start, end = placed(first, timestamps.finite(event.get("timestamp")), shift, received, received)
+    # other; a span still outside the window starts with the anchor (rows.placed).
+    anchor = anchor_of(first, [t for t in starts if t is not None], received, ctx.drift)
+    shift = item_shift(anchor, received, ctx.drift)
+    fallback = received if anchor is None else anchor + shift
+    start, end = placed(first, timestamps.finite(event.get("timestamp")), shift, fallback, received)
     name = text(event, "transaction")
     common: dict[str, Any] = {
         "project_id": ctx.project_id,
@@ -76,8 +89,6 @@ def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
         status=text(trace, "status"),
         attributes=infer_attributes(scope, trace.get("data"), event.get("tags")),
     )
-    children = event.get("spans")
-    spans = [s for s in children if isinstance(s, dict)] if isinstance(children, list) else []
     return [root, *(_child(s, common, scope, start, shift, received) for s in spans)]
 
 

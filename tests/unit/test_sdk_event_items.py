@@ -320,3 +320,27 @@ def test_span_v2_attributes_keep_integers_beyond_64_bits():
         '{"g":{"value":1180591620717411303424,"type":"integer"},"n":{"value":7,"type":"integer"}}'
     )
     assert row["attr_int"] == {"n": 7}  # beyond Int64: kept as sent, not filterable as one
+
+
+def test_a_segment_with_a_bad_clock_moves_none_of_its_good_spans():
+    # The shift came from the segment's start: at 0 it carried every child 56 years on.
+    now = RECEIVED.timestamp() - 2
+    spans = [
+        _v2_span("1" * 16, 0, now + 1, segment=True),
+        _v2_span("2" * 16, now + 0.1, now + 0.5, parent="1" * 16),
+        _v2_span("3" * 16, now + 0.2, now + 0.7, parent="1" * 16),
+    ]
+    payload = orjson.dumps({"version": 2, "items": spans})
+    rows = _by_id(handle_span(payload, {"type": "span"}, ctx()).spans)
+    assert [rows[c * 16]["start_timestamp"] for c in "23"] == [now + 0.1, now + 0.2]
+    assert rows["1" * 16]["start_timestamp"] == now + 0.2  # the latest plausible start
+    event = {
+        "type": "transaction",
+        "start_timestamp": 0,
+        "timestamp": now + 1,
+        "contexts": {"trace": {"trace_id": "ab" * 16, "span_id": "1" * 16}},
+        "spans": [{"span_id": "2" * 16, "start_timestamp": now + 0.1, "timestamp": now + 0.5}],
+    }
+    rows = _by_id(handle_transaction(orjson.dumps(event), {}, ctx()).spans)
+    assert rows["2" * 16]["start_timestamp"] == now + 0.1
+    assert rows["2" * 16]["duration_us"] == 400_000
