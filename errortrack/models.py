@@ -30,7 +30,18 @@ class User(Base):
     is_primary: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
-    __table_args__ = (sa.CheckConstraint("role IN ('admin', 'member')", name="role"),)
+    __table_args__ = (
+        sa.CheckConstraint("role IN ('admin', 'member')", name="role"),
+        # At most one primary user: two `errortrack bootstrap` runs at once both counted
+        # no users before either inserted.
+        sa.Index(
+            "uq_users_primary",
+            "is_primary",
+            unique=True,
+            sqlite_where=sa.text("is_primary"),
+            postgresql_where=sa.text("is_primary"),
+        ),
+    )
 
 
 class Project(Base):

@@ -20,35 +20,52 @@ def _url() -> str:
     return Settings.from_env().resolved_database_url
 
 
+# pg_advisory_lock's key for "running errortrack's migrations" (any constant will do).
+MIGRATION_LOCK = 0x6572726F72747261
+
+
 def run_migrations_online() -> None:
     engine = make_engine(_url())
-    with engine.connect() as connection:
-        if connection.dialect.name == "postgresql":
-            # Never queue behind a long transaction holding a lock: fail fast instead.
-            connection.execute(text("SET lock_timeout = '5s'"))
-            connection.execute(text("SET statement_timeout = '60s'"))
-            # Session-level settings survive the commit; without it SQLAlchemy's autobegun
-            # transaction would swallow Alembic's and roll the migration back on close.
-            connection.commit()
-        if connection.dialect.name == "sqlite":
-            # A batch migration rebuilds a table (copy, drop, rename); with foreign keys
-            # on, dropping a parent would cascade into its children. Only outside a
-            # transaction does the pragma take effect.
-            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
-            connection.commit()
-        context.configure(
-            connection=connection,
-            target_metadata=Base.metadata,
-            render_as_batch=connection.dialect.name == "sqlite",
-            compare_type=True,
-        )
-        with context.begin_transaction():
-            context.run_migrations()
+    try:
+        with engine.connect() as connection:
+            if connection.dialect.name == "postgresql":
+                # Instances started at once on one database would migrate it side by side and
+                # collide (two CREATE TABLE alembic_version): one at a time; the next finds
+                # the work done. Held by the session until unlocked or the connection closes.
+                # The wait is bounded, in case another instance hangs.
+                connection.execute(text("SET lock_timeout = '300s'"))
+                connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
+                # Never queue behind a long transaction holding a lock: fail fast instead.
+                connection.execute(text("SET lock_timeout = '5s'"))
+                connection.execute(text("SET statement_timeout = '60s'"))
+                # Session-level settings survive the commit; without it SQLAlchemy's autobegun
+                # transaction would swallow Alembic's and roll the migration back on close.
+                connection.commit()
             if connection.dialect.name == "sqlite":
-                broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
-                if broken:
-                    raise RuntimeError(f"the migration broke foreign keys: {broken[:5]}")
-    engine.dispose()
+                # A batch migration rebuilds a table (copy, drop, rename); with foreign keys
+                # on, dropping a parent would cascade into its children. Only outside a
+                # transaction does the pragma take effect.
+                connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+                connection.commit()
+            context.configure(
+                connection=connection,
+                target_metadata=Base.metadata,
+                render_as_batch=connection.dialect.name == "sqlite",
+                compare_type=True,
+            )
+            with context.begin_transaction():
+                context.run_migrations()
+                if connection.dialect.name == "sqlite":
+                    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if broken:
+                        raise RuntimeError(f"the migration broke foreign keys: {broken[:5]}")
+            if connection.dialect.name == "postgresql":
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK})
+                connection.commit()
+
+    finally:
+        # Closes the connection, so a failed run does not keep the migration lock.
+        engine.dispose()
 
 
 run_migrations_online()

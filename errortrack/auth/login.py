@@ -2,6 +2,8 @@
 
 An unknown email is checked against a dummy argon2 hash, so that it takes as long as a
 wrong password for a real account and answers the same 401 "invalid email or password".
+The throttle reserves the attempt before the password check, so parallel guesses cannot
+all pass it before the first failure is counted.
 """
 
 from __future__ import annotations
@@ -35,9 +37,13 @@ def login(
     now: dt.datetime,
 ) -> tuple[User, sessions.NewSession]:
     email = (email or "").strip().lower()
-    throttle.check(email, ip)
-    user = session.scalar(sa.select(User).where(User.email == email)) if email else None
-    ok = verify_password(user.password_hash if user else _dummy_hash(), password or "")
+    throttle.check(email, ip)  # reserves this attempt until failed/succeeded/release
+    try:
+        user = session.scalar(sa.select(User).where(User.email == email)) if email else None
+        ok = verify_password(user.password_hash if user else _dummy_hash(), password or "")
+    except BaseException:
+        throttle.release(email, ip)
+        raise
     if user is None or not ok:
         throttle.failed(email, ip)
         raise Unauthorized("invalid email or password")

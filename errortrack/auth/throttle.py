@@ -7,6 +7,19 @@ checking the password at all (so they cost no argon2 time either). A success cle
 counter. The same applies whether or not the email exists, so the throttle reveals
 nothing either.
 
+``check`` reserves the attempt under the lock, before the slow password check, and counts
+it as in flight until ``failed``, ``succeeded`` or ``release``: parallel requests cannot
+all pass the check before the first failure is counted, so a pair never has more checks
+running than it has failures left (one at a time once it has been locked out).
+
+Memory: at ``MAX_ENTRIES`` stale entries go first, then the oldest entries with fewer than
+``FREE_FAILURES`` failures and no attempt in flight. A locked-out entry (one that reached
+the threshold within the window) is never dropped, else failing logins for junk emails
+would lift a lockout; and new pairs are never refused, else one attacker could lock out
+everyone. So a table full of lockouts grows instead: each such entry costs five failed
+password checks and is gone 15 minutes after its last failure or lockout, which keeps the
+growth proportional to the argon2 work an attacker can make us do.
+
 Kept in memory, per process: a restart forgets it, and with N gunicorn workers an
 attacker gets up to N times the budget. That is enough to turn online guessing from
 thousands of tries a minute into a handful an hour; a shared store is not worth it here.
@@ -37,6 +50,7 @@ class _Entry:
     failures: int
     last_failure: dt.datetime
     blocked_until: dt.datetime | None = None
+    in_flight: int = 0
 
 
 class LoginThrottle:
@@ -47,33 +61,44 @@ class LoginThrottle:
         self._lock = threading.Lock()
 
     def check(self, email: str, ip: str) -> None:
-        """Raise 429 while this (email, ip) is locked out."""
+        """Raise 429 while this (email, ip) is locked out; else reserve one attempt."""
         now = self._clock()
         with self._lock:
             entry = self._live(email, ip, now)
             if entry and entry.blocked_until and entry.blocked_until > now:
-                wait = math.ceil((entry.blocked_until - now).total_seconds())
-                raise RateLimited(
-                    f"too many failed logins; try again in {wait} seconds", retry_after=wait
-                )
+                self._refuse(entry.blocked_until - now)
+            if entry and entry.in_flight and entry.failures + entry.in_flight >= FREE_FAILURES:
+                # Locked out if the attempts in flight fail: they must land first.
+                self._refuse(self._delay(entry.failures + entry.in_flight))
+            (entry or self._add(email, ip, now)).in_flight += 1
 
     def failed(self, email: str, ip: str) -> None:
         now = self._clock()
         with self._lock:
-            entry = self._live(email, ip, now)
-            if entry is None:
-                if len(self._entries) >= self._max_entries:
-                    self._evict(now)
-                entry = self._entries[(email, ip)] = _Entry(0, now)
+            # None if a success cleared the pair meanwhile: count afresh.
+            entry = self._live(email, ip, now) or self._add(email, ip, now)
+            entry.in_flight = max(entry.in_flight - 1, 0)
             entry.failures += 1
             entry.last_failure = now
-            over = entry.failures - FREE_FAILURES
-            if over >= 0:
-                entry.blocked_until = now + min(FIRST_DELAY * 2**over, MAX_DELAY)
+            if entry.failures >= FREE_FAILURES:
+                entry.blocked_until = now + self._delay(entry.failures)
 
     def succeeded(self, email: str, ip: str) -> None:
         with self._lock:
             self._entries.pop((email, ip), None)
+
+    def release(self, email: str, ip: str) -> None:
+        """Neither success nor failure (the check itself broke): free the reservation."""
+        with self._lock:
+            entry = self._entries.get((email, ip))
+            if entry is not None:
+                entry.in_flight = max(entry.in_flight - 1, 0)
+
+    def _add(self, email: str, ip: str, now: dt.datetime) -> _Entry:
+        if len(self._entries) >= self._max_entries:
+            self._evict(now)
+        entry = self._entries[(email, ip)] = _Entry(0, now)
+        return entry
 
     def _live(self, email: str, ip: str, now: dt.datetime) -> _Entry | None:
         entry = self._entries.get((email, ip))
@@ -83,15 +108,41 @@ class LoginThrottle:
         return entry
 
     @staticmethod
-    def _stale(entry: _Entry, now: dt.datetime) -> bool:
-        blocked = entry.blocked_until is not None and entry.blocked_until > now
-        return not blocked and now - entry.last_failure > WINDOW
+    def _blocked(entry: _Entry, now: dt.datetime) -> bool:
+        return entry.blocked_until is not None and entry.blocked_until > now
+
+    @classmethod
+    def _stale(cls, entry: _Entry, now: dt.datetime) -> bool:
+        return (
+            not cls._blocked(entry, now)
+            and not entry.in_flight
+            and now - entry.last_failure > WINDOW
+        )
+
+    @staticmethod
+    def _delay(failures: int) -> dt.timedelta:
+        return min(FIRST_DELAY * 2 ** (failures - FREE_FAILURES), MAX_DELAY)
+
+    @staticmethod
+    def _refuse(wait: dt.timedelta) -> None:
+        seconds = math.ceil(wait.total_seconds())
+        raise RateLimited(
+            f"too many failed logins; try again in {seconds} seconds", retry_after=seconds
+        )
 
     def _evict(self, now: dt.datetime) -> None:
         for key in [k for k, e in self._entries.items() if self._stale(e, now)]:
             del self._entries[key]
-        if len(self._entries) >= self._max_entries:
-            # Still full of live entries: forget the oldest half rather than grow.
-            ordered = sorted(self._entries, key=lambda k: self._entries[k].last_failure)
-            for key in ordered[: self._max_entries // 2]:
+        excess = len(self._entries) - self._max_entries // 2
+        if excess > 0:
+            # Still full: forget the oldest entries below the lockout threshold with no
+            # attempt in flight, down to half if there are that many. One whose lockout
+            # has run out is kept too, or the doubling would start over at 5 free tries.
+            idle = [
+                k
+                for k, e in self._entries.items()
+                if not e.in_flight and e.failures < FREE_FAILURES
+            ]
+            idle.sort(key=lambda k: self._entries[k].last_failure)
+            for key in idle[:excess]:
                 del self._entries[key]

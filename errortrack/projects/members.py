@@ -36,14 +36,24 @@ def put_member(session: Session, *, project_id: int, user_id: int, role: str) ->
     if user is None:
         raise ValidationError("no user with this user_id", field="user_id")
     member = session.get(ProjectMember, (project_id, user_id))
-    if member is None:
-        member = ProjectMember(project_id=project_id, user_id=user_id, role=role)
-        session.add(member)
-    elif member.role != role:
-        if member.role == "admin":
-            _refuse_if_last_admin(session, project_id, "demoted")
-        member.role = role
-    session.flush()
+    try:
+        # In a savepoint (flushed on leaving it), so that the user can be looked up again
+        # after a failed insert.
+        with session.begin_nested():
+            if member is None:
+                member = ProjectMember(project_id=project_id, user_id=user_id, role=role)
+                session.add(member)
+            elif member.role != role:
+                if member.role == "admin":
+                    _refuse_if_last_admin(session, project_id, "demoted")
+                member.role = role
+    except sa.exc.IntegrityError:
+        # The user was removed (DELETE /api/team/{id}) between the lookup above and the
+        # insert, which Postgres reports as a foreign key violation: answer as for an
+        # unknown user. Anything else is a real error.
+        if session.scalar(sa.select(User.id).where(User.id == user_id)) is None:
+            raise ValidationError("no user with this user_id", field="user_id") from None
+        raise
     return _record(member, user.email)
 
 

@@ -13,6 +13,7 @@ message saying which; an unknown token is 404.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import secrets
 
 import sqlalchemy as sa
@@ -44,6 +45,7 @@ def create_invitation(
     email = normalise_email(email)
     if role not in GLOBAL_ROLES:
         raise ValidationError("role must be admin or member", field="role")
+    _lock_email(session, email)
     if session.scalar(sa.select(User.id).where(User.email == email)) is not None:
         raise Conflict("a user with this email already exists", field="email")
     if session.scalar(sa.select(Invitation.id).where(Invitation.email == email, _pending(now))):
@@ -59,6 +61,25 @@ def create_invitation(
     session.add(invitation)
     session.flush()
     return invitation
+
+
+def _lock_email(session: Session, email: str) -> None:
+    # Two admins inviting one email at once must not both pass the pending check. There is
+    # no row to lock yet, and a unique index cannot say "pending" (that depends on the
+    # clock), so: on Postgres a transaction-scoped advisory lock on the email; on SQLite a
+    # no-op UPDATE, which starts the write transaction now (plain reads run outside one).
+    # Either way the second creator waits for the first to commit, then sees its row.
+    if session.get_bind().dialect.name == "postgresql":
+        digest = hashlib.sha256(f"errortrack invitation {email}".encode()).digest()
+        key = int.from_bytes(digest[:8], "big", signed=True)
+        session.execute(sa.select(sa.func.pg_advisory_xact_lock(key)))
+        return
+    session.execute(
+        sa.update(Invitation)
+        .where(Invitation.email == email)
+        .values(email=Invitation.email)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def list_pending(session: Session, *, now: dt.datetime) -> list[Invitation]:
@@ -111,7 +132,12 @@ def accept_invitation(session: Session, *, token: str, password: str, now: dt.da
     )
     session.add(user)
     invitation.accepted_at = now
-    session.flush()
+    try:
+        session.flush()
+    except sa.exc.IntegrityError as exc:
+        # Another invitation for this email (one from before creation was serialised) was
+        # accepted at the same moment: the email's unique index decides, as the check above.
+        raise Conflict("a user with this email already exists", field="email") from exc
     return user
 
 

@@ -32,9 +32,17 @@ def bootstrap_primary(session: Session, *, email: str, password: str) -> User:
     """Create the first account: the primary user, a global admin. Only while none exists."""
     email = normalise_email(email)
     check_password(password)
+    # Slow: hashed before the check rather than between it and the insert.
+    password_hash = hash_password(password)
+    refused = Conflict("a user already exists; bootstrap only creates the first account")
     if session.scalar(sa.select(sa.func.count()).select_from(User)):
-        raise Conflict("a user already exists; bootstrap only creates the first account")
-    user = User(email=email, password_hash=hash_password(password), role="admin", is_primary=True)
+        raise refused
+    user = User(email=email, password_hash=password_hash, role="admin", is_primary=True)
     session.add(user)
-    session.flush()
+    try:
+        session.flush()
+    except sa.exc.IntegrityError:
+        # Another bootstrap inserted between the count and this insert: the unique index
+        # on the primary flag (uq_users_primary) lets only one of them through.
+        raise refused from None
     return user

@@ -190,3 +190,79 @@ def test_two_simultaneous_accepts_of_one_token_create_one_account(world, state):
     assert sorted(outcomes) == ["accepted", "gone"]
     emails = [u["email"] for u in world.call("admin", "GET", "/api/team").json]
     assert emails.count("race@example.com") == 1
+
+
+def _race(state, fns):
+    """Run each fn(session) in its own transaction at the same moment; their outcomes."""
+    import threading
+
+    from errortrack import db
+    from errortrack.errors import ErrortrackError
+    from errortrack.team.invitations import list_pending
+
+    barrier = threading.Barrier(len(fns))
+    outcomes: list[int | str] = []
+
+    def run(fn):
+        try:
+            with db.unit_of_work(state.sessions) as s:
+                list_pending(s, now=state.clock())  # both read first, as a request would
+                barrier.wait(timeout=10)
+                fn(s)
+            outcomes.append("ok")
+        except ErrortrackError as e:
+            outcomes.append(e.status)
+        except Exception as e:  # the 500 a request would get
+            outcomes.append(type(e).__name__)
+
+    threads = [threading.Thread(target=run, args=(fn,)) for fn in fns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return sorted(outcomes, key=str)
+
+
+def test_two_simultaneous_invitations_of_one_email_create_one(world, state):
+    from errortrack.team.invitations import create_invitation
+
+    for i in range(5):
+        email = f"dup{i}@example.com"
+
+        def create(s, email=email):
+            create_invitation(s, email=email, role="member", created_by=None, now=state.clock())
+
+        assert _race(state, [create, create]) == [409, "ok"]
+    pending = world.call("primary", "GET", "/api/invitations").json
+    assert sorted(p["email"] for p in pending) == [f"dup{i}@example.com" for i in range(5)]
+
+
+def test_accepting_two_invitations_of_one_email_at_once_is_one_account_and_a_409(world, state):
+    import datetime as dt
+    import secrets
+
+    from errortrack.models import Invitation
+    from errortrack.team.invitations import accept_invitation
+
+    # Two pending invitations for one email, as creation could leave them before it was
+    # serialised.
+    now = state.clock()
+    tokens = [secrets.token_urlsafe(32) for _ in range(2)]
+    with state.sessions.begin() as s:
+        for token in tokens:
+            s.add(
+                Invitation(
+                    email="twin@example.com",
+                    role="member",
+                    token=token,
+                    created_at=now,
+                    expires_at=now + dt.timedelta(hours=48),
+                )
+            )
+
+    def accept(token):
+        return lambda s: accept_invitation(s, token=token, password=PASSWORD, now=now)
+
+    assert _race(state, [accept(t) for t in tokens]) == [409, "ok"]
+    emails = [u["email"] for u in world.call("admin", "GET", "/api/team").json]
+    assert emails.count("twin@example.com") == 1

@@ -224,3 +224,47 @@ def test_a_member_id_no_relational_store_can_hold_is_400(world, user_id):
     assert resp.status_code == 400, resp.text
     assert resp.json["error"]["field"] == "user_id"
     assert world.call("primary", "GET", path).json == before
+
+
+def test_adding_a_user_whose_removal_is_committing_is_the_unknown_user_400(world, state):
+    """PUT member while DELETE /api/team/{id} of that user commits: Postgres reported the
+    insert's foreign key violation as a 500."""
+    import threading
+    import time
+
+    from errortrack import db
+    from errortrack.auth.permissions import Principal
+    from errortrack.errors import ValidationError
+    from errortrack.projects.members import list_members, put_member
+    from errortrack.team.roster import remove_user
+
+    uid = world.add_user()
+    me = Principal(user_id=world.users["primary"], role="admin", is_primary=True)
+    removed = threading.Event()
+    outcome: list[object] = []
+
+    def remove():
+        with db.unit_of_work(state.sessions) as s:
+            remove_user(s, me, user_id=uid)
+            removed.set()
+            time.sleep(0.5)  # the request commits a moment later
+
+    def put():
+        removed.wait(timeout=10)
+        try:
+            with db.unit_of_work(state.sessions) as s:
+                put_member(s, project_id=world.project_id, user_id=uid, role="viewer")
+            outcome.append("added")
+        except ValidationError as e:
+            outcome.append((e.status, e.field, e.message))
+        except Exception as e:
+            outcome.append(type(e).__name__)
+
+    threads = [threading.Thread(target=f) for f in (remove, put)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert outcome == [(400, "user_id", "no user with this user_id")]
+    with state.sessions() as s:
+        assert uid not in [m["user_id"] for m in list_members(s, world.project_id)]

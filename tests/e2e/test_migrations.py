@@ -19,7 +19,7 @@ from errortrack.models import Base
 from errortrack.paging import PageRequest
 from errortrack.traces.transactions import handle_transaction
 from tests.logs_data import insert_logs, sdk_log
-from tests.support import scratch_database
+from tests.support import TEST_PG, scratch_database
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sdk-envelopes"
 APP_TABLES = {t.name for t in Base.metadata.sorted_tables}
@@ -289,3 +289,52 @@ def test_the_issues_autoincrement_migration_keeps_issues_and_their_constraints(t
         engine.dispose()
         relational.downgrade(url, "0003")
         relational.upgrade(url)
+
+
+def test_the_one_primary_migration_keeps_the_first_of_several(tmp_path):
+    with scratch_database(tmp_path) as url:
+        relational.upgrade(url, "0004")
+        engine = sa.create_engine(url)
+        with engine.begin() as conn:
+            for email in ("first@example.com", "second@example.com"):
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO users (email, password_hash, role, is_primary, created_at)"
+                        " VALUES (:e, 'x', 'admin', :t, CURRENT_TIMESTAMP)"
+                    ),
+                    {"e": email, "t": True},
+                )
+        relational.upgrade(url)
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT email, is_primary FROM users ORDER BY id")).all()
+        engine.dispose()
+        assert [tuple(r) for r in rows] == [
+            ("first@example.com", True),
+            ("second@example.com", False),
+        ]
+        relational.downgrade(url, "0004")
+        relational.upgrade(url)
+
+
+@pytest.mark.skipif(not TEST_PG, reason="several instances share a Postgres database")
+def test_instances_starting_at_once_all_migrate_a_fresh_database(tmp_path):
+    # Several app instances behind a load balancer start together: their side-by-side
+    # migrations collided (a unique violation creating alembic_version).
+    import subprocess
+    import sys
+
+    code = "import sys; from errortrack import relational; relational.upgrade(sys.argv[1])"
+    for _ in range(3):
+        with scratch_database(tmp_path) as url:
+            procs = [
+                subprocess.Popen(
+                    [sys.executable, "-c", code, url],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                for _ in range(4)
+            ]
+            failures = [p.communicate(timeout=120)[1] for p in procs if p.wait(timeout=120)]
+            assert failures == []
+            assert _tables(url) == APP_TABLES

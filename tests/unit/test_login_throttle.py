@@ -1,4 +1,4 @@
-"""The login failure counter: lockout, doubling delay, window, memory bound."""
+"""The login failure counter: lockout, doubling delay, window, memory bound, reservations."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def test_five_free_failures_then_a_doubling_lockout_capped_at_15_minutes():
     t = LoginThrottle(clock)
     _fail(t, 4)
     t.check("a@example.com", "1.2.3.4")
+    t.release("a@example.com", "1.2.3.4")  # check() reserves an attempt
     _fail(t, 1)
     waits = []
     for _ in range(6):
@@ -56,3 +57,70 @@ def test_memory_stays_bounded():
     for i in range(1000):
         t.failed(f"user{i}@example.com", "1.2.3.4")
     assert len(t._entries) <= 100
+
+
+def test_junk_failures_never_evict_a_lockout():
+    # Failing logins for thousands of other emails must not lift a pair's lockout, nor
+    # reset the doubling of one whose lockout has run out.
+    clock = FrozenClock()
+    t = LoginThrottle(clock, max_entries=100)
+    for _ in range(8):  # as the failures of parallel checks land
+        t.failed("victim@example.com", "1.2.3.4")
+    _fail(t, 5, email="other@example.com")
+    clock.advance(minutes=1)  # other's 1-minute lockout is over; victim's 8 are not
+    for i in range(1000):
+        clock.advance(microseconds=1)
+        _fail(t, 1, email=f"junk{i}@example.com")
+    with pytest.raises(RateLimited):
+        t.check("victim@example.com", "1.2.3.4")
+    _fail(t, 1, email="other@example.com")  # the one try after a lockout: now 2 min
+    with pytest.raises(RateLimited) as caught:
+        t.check("other@example.com", "1.2.3.4")
+    assert caught.value.retry_after == 120
+    # New pairs are still admitted: nobody else is locked out.
+    t.check("someone@example.com", "1.2.3.4")
+    assert len(t._entries) <= 100
+
+
+def test_a_table_full_of_lockouts_grows_rather_than_refusing_new_pairs():
+    clock = FrozenClock()
+    t = LoginThrottle(clock, max_entries=10)
+    for i in range(20):
+        _fail(t, 5, email=f"locked{i}@example.com")
+    t.check("newcomer@example.com", "9.9.9.9")
+    assert len(t._entries) == 21
+
+
+def test_parallel_attempts_are_reserved_before_the_password_check():
+    # check() for attempts whose failures have not landed yet: only the 5 free ones pass.
+    clock = FrozenClock()
+    t = LoginThrottle(clock)
+    passed = 0
+    for _ in range(32):
+        try:
+            t.check("a@example.com", "1.2.3.4")
+            passed += 1
+        except RateLimited as e:
+            assert e.retry_after == 60
+    assert passed == 5
+    for _ in range(5):
+        t.failed("a@example.com", "1.2.3.4")
+    with pytest.raises(RateLimited):
+        t.check("a@example.com", "1.2.3.4")
+    # After the lockout only one attempt at a time.
+    clock.advance(minutes=1)
+    t.check("a@example.com", "1.2.3.4")
+    with pytest.raises(RateLimited):
+        t.check("a@example.com", "1.2.3.4")
+
+
+def test_success_and_release_free_the_reservation():
+    clock = FrozenClock()
+    t = LoginThrottle(clock)
+    for _ in range(5):
+        t.check("a@example.com", "1.2.3.4")
+    t.succeeded("a@example.com", "1.2.3.4")
+    for _ in range(4):
+        t.check("b@example.com", "1.2.3.4")
+    t.release("b@example.com", "1.2.3.4")
+    t.check("b@example.com", "1.2.3.4")
