@@ -47,16 +47,56 @@ def main() -> None:
     _use_utc()
 
 
+def _make_data_dir(settings: Settings) -> None:
+    path = settings.data_dir
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = "is a file, not a directory" if path.is_file() else f"cannot be created: {exc}"
+        raise click.ClickException(f"ERRORTRACK_DATA_DIR {path} {why}") from None
+
+
+def _root_cause(exc: BaseException) -> str:
+    # Drivers wrap the cause (urllib3: "Max retries exceeded ... Caused by ..."); its
+    # first line says it best, e.g. "[Errno 111] Connection refused".
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:300]
+
+
 def migrate_all(settings: Settings) -> tuple[list[str], list[str]]:
-    """Apply both stores' migrations; return what ClickHouse applied now."""
+    """Apply both stores' migrations; return what ClickHouse applied now.
+
+    A store that cannot be reached (or a data dir that cannot be) is one line and a
+    ClickException, as `check` says it, not a driver's traceback."""
+    import sqlalchemy as sa
+    from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
+
     from errortrack.analytics import ClickHouse
     from errortrack.analytics import migrate as ch_migrate
 
     if not settings.database_url or not settings.clickhouse_url:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    relational.upgrade(settings.resolved_database_url)
+        _make_data_dir(settings)
+    try:
+        relational.upgrade(settings.resolved_database_url)
+    except sa.exc.OperationalError as exc:
+        raise click.ClickException(
+            f"relational store (ERRORTRACK_DATABASE_URL): {_root_cause(exc)}"
+        ) from None
     store = ClickHouse(settings.resolved_clickhouse_url, cluster=settings.clickhouse_cluster)
-    return ["head"], ch_migrate.apply(store)
+    # The driver also logs a refused connection as a warning: the error below says it.
+    driver_log = logging.getLogger("clickhouse_connect")
+    level = driver_log.level
+    driver_log.setLevel(logging.ERROR)
+    try:
+        return ["head"], ch_migrate.apply(store)
+    except (OperationalError, DatabaseError) as exc:
+        raise click.ClickException(
+            f"ClickHouse store (ERRORTRACK_CLICKHOUSE_URL): {_root_cause(exc)}"
+        ) from None
+    finally:
+        driver_log.setLevel(level)
 
 
 @main.command()
@@ -174,7 +214,7 @@ def _take_data_dir(settings: Settings) -> IO[str]:
     The spool and the embedded engine belong to one process; a second server on the
     same directory must stop with a sentence, not a chDB traceback.
     """
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    _make_data_dir(settings)
     handle = _lock_path(settings).open("a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -188,13 +228,17 @@ def _take_data_dir(settings: Settings) -> IO[str]:
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=int)
-@click.option("--workers", default=None, type=int, help="Worker processes (server mode).")
+# Checked before anything runs: --workers 0 started gunicorn with no worker (every request
+# hung), and a bad port or --threads 0 failed as a traceback after the migrations.
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--workers", default=None, type=click.IntRange(min=1), help="Worker processes (server mode)."
+)
 @click.option(
     "--threads",
     default=8,
     show_default=True,
-    type=int,
+    type=click.IntRange(min=1),
     help="Threads per worker for the management API (ingest runs on the event loop).",
 )
 def serve(host: str, port: int, workers: int | None, threads: int) -> None:
@@ -233,6 +277,9 @@ def serve(host: str, port: int, workers: int | None, threads: int) -> None:
             "timeout": 60,
             "graceful_timeout": 30,
             "accesslog": None,
+            # gunicorn's default 4094 bytes answered a plain-text 414 to valid log queries
+            # (a 500-character q percent-encodes to 4500 bytes as CJK); 8190 is its maximum.
+            "limit_request_line": 8190,
             "loglevel": settings.log_level.lower(),
             # gunicorn's control socket defaults to one path per user, which two servers
             # (or two test runs) would fight over; errortrack does not use it.

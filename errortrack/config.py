@@ -9,11 +9,14 @@ should fail loudly rather than silently fall back to a default.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 PREFIX = "ERRORTRACK_"
 
@@ -64,30 +67,74 @@ def _retention_days(raw: str) -> int:
 
 def _positive_float(raw: str) -> float:
     value = float(raw)
-    if value <= 0:
-        raise ValueError("expected a number above 0")
+    # nan passes every comparison (a busy loop); inf and values above TIMEOUT_MAX make
+    # Event.wait raise, which stopped the thread waiting on them.
+    if not (math.isfinite(value) and 0 < value <= threading.TIMEOUT_MAX):
+        raise ValueError(f"expected a number above 0, at most {threading.TIMEOUT_MAX:.0f}")
     return value
 
 
+def _split(raw: str) -> SplitResult:
+    parts = urlsplit(raw)
+    try:
+        parts.port  # noqa: B018  (raises for a port out of range or not a number)
+    except ValueError as exc:
+        raise ValueError(f"invalid port in URL: {exc}") from None
+    return parts
+
+
+def _normalised(raw: str, parts: SplitResult, scheme: str = "") -> str:
+    # The scheme and host are case-insensitive (RFC 3986), but the rest of the code tests
+    # schemes with string prefixes ("https:" for the Secure cookie, "chdb://", "sqlite"):
+    # stored lower-case, "HTTPS://..." means https everywhere. Rebuilt from the raw text,
+    # as urlunsplit would turn "sqlite:///x" into "sqlite:/x".
+    rest = raw.strip()[len(parts.scheme) :]
+    if rest.startswith("://"):
+        userinfo, at, host = parts.netloc.rpartition("@")
+        rest = f"://{userinfo}{at}{host.lower()}{rest[3 + len(parts.netloc) :]}"
+    return (scheme or parts.scheme) + rest
+
+
+_DATABASE_HELP = "expected sqlite:///<path> or postgresql+psycopg://user@host/db"
+
+
 def _database_url(raw: str) -> str:
-    scheme = urlsplit(raw).scheme
-    if not (scheme.startswith("sqlite") or scheme.startswith("postgresql")):
-        raise ValueError("expected sqlite:///<path> or postgresql+psycopg://user@host/db")
-    return raw
+    parts = _split(raw)
+    if parts.scheme not in {"sqlite", "postgresql", "postgresql+psycopg"}:
+        raise ValueError(_DATABASE_HELP)
+    if parts.scheme == "sqlite" and parts.path.lstrip("/") in {"", ":memory:"}:
+        # In-memory: every connection gets its own empty database, so the migrated one is
+        # not the one the server uses.
+        raise ValueError(_DATABASE_HELP + " (a file, not in-memory)")
+    # SQLAlchemy's default Postgres driver is psycopg2, which is not installed.
+    scheme = "postgresql+psycopg" if parts.scheme == "postgresql" else ""
+    return _normalised(raw, parts, scheme)
 
 
 def _clickhouse_url(raw: str) -> str:
-    scheme = urlsplit(raw).scheme
-    if scheme not in {"chdb", "http", "https"}:
+    parts = _split(raw)
+    if parts.scheme == "chdb":
+        # The directory is the path; a host part or a relative path ("chdb:data") was
+        # silently read as a directory under the current one.
+        if parts.netloc or not parts.path.startswith("/"):
+            raise ValueError("expected chdb:///<absolute dir>")
+    elif parts.scheme not in {"http", "https"} or not parts.hostname:
         raise ValueError("expected chdb:///<dir> or http(s)://user:pass@host:8123/db")
+    return _normalised(raw, parts)
+
+
+def _cluster(raw: str) -> str:
+    # Rendered into DDL between quotes (ON CLUSTER '...'); real names are identifiers.
+    if raw and not re.fullmatch(r"[A-Za-z0-9_.-]+", raw):
+        raise ValueError("expected a cluster name of letters, digits, '_', '.', '-'")
     return raw
 
 
 def _url(raw: str) -> str:
-    parts = urlsplit(raw)
-    if parts.scheme not in {"http", "https"} or not parts.netloc:
+    parts = _split(raw)
+    if parts.scheme not in {"http", "https"} or not parts.hostname or parts.port == 0:
         raise ValueError("expected an http(s)://host[:port] URL")
-    return raw.rstrip("/")
+    return _normalised(raw, parts).rstrip("/")
 
 
 def _log_level(raw: str) -> str:
@@ -114,7 +161,7 @@ class Settings:
         "", _clickhouse_url, "Analytics store; default chDB in the data dir"
     )
     # When set, ClickHouse DDL is rendered ON CLUSTER with Replicated + Distributed engines.
-    clickhouse_cluster: str = _setting("", str, "ClickHouse cluster name (server mode only)")
+    clickhouse_cluster: str = _setting("", _cluster, "ClickHouse cluster name (server mode only)")
     # Base URL that people and SDKs reach; used in DSNs and invite links.
     public_url: str = _setting("http://127.0.0.1:8000", _url, "Public base URL")
     # The OpenAPI document and /docs are off unless asked for.
@@ -170,7 +217,13 @@ class Settings:
             except ValueError as exc:
                 raise SettingsError(f"invalid value for {name}: {exc}") from None
         values.update(overrides)
-        return cls(**values)
+        settings = cls(**values)
+        if settings.clickhouse_cluster and settings.embedded_clickhouse:
+            raise SettingsError(
+                f"{PREFIX}CLICKHOUSE_CLUSTER needs a ClickHouse server "
+                f"({PREFIX}CLICKHOUSE_URL=http(s)://...); embedded chDB has no cluster"
+            )
+        return settings
 
     # Derived values: computed, never stored, so they cannot drift from their inputs.
     @property

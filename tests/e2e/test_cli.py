@@ -1,5 +1,6 @@
 """The errortrack command as people run it: real processes, real stores."""
 
+import pytest
 import sqlalchemy as sa
 
 from tests.support import Server, errortrack, scratch_database, server_env
@@ -31,6 +32,52 @@ def test_bootstrap_creates_one_primary_admin_and_refuses_again(tmp_path):
             rows = conn.execute(sa.text("SELECT email, role, is_primary FROM users")).all()
         engine.dispose()
         assert [tuple(r) for r in rows] == [("root@example.com", "admin", True)]
+
+
+def test_simultaneous_bootstraps_create_one_primary_user(tmp_path):
+    """Both counted no users before either inserted: two primary admins."""
+    import threading
+
+    from errortrack import db, relational
+    from errortrack.errors import Conflict
+    from errortrack.team.users import bootstrap_primary
+
+    with scratch_database(tmp_path) as url:
+        relational.upgrade(url)
+        engine = db.make_engine(url)
+        factory = db.make_sessionmaker(engine)
+        barrier = threading.Barrier(4)
+        outcomes: list[str] = []
+
+        def run(i):
+            try:
+                barrier.wait(timeout=10)
+                with db.unit_of_work(factory) as s:
+                    bootstrap_primary(s, email=f"root{i}@example.com", password="long enough")
+                outcomes.append("created")
+            except Conflict as e:
+                outcomes.append(e.message)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        refused = "a user already exists; bootstrap only creates the first account"
+        assert sorted(outcomes) == [refused] * 3 + ["created"]
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT role, is_primary FROM users")).all()
+            assert [tuple(r) for r in rows] == [("admin", True)]
+        # The store itself holds the rule, whatever inserts the row.
+        with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO users (email, password_hash, role, is_primary, created_at)"
+                    " VALUES ('x@example.com', 'x', 'admin', :t, CURRENT_TIMESTAMP)"
+                ),
+                {"t": True},
+            )
+        engine.dispose()
 
 
 def test_bootstrap_rejects_short_password(tmp_path):
@@ -115,3 +162,83 @@ def test_worker_start_freezes_what_lives_as_long_as_the_worker(monkeypatch):
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--workers", "0"],  # started gunicorn with no worker: every request hung
+        ["--threads", "0"],
+        ["--port", "70000"],
+        ["--port", "-1"],
+    ],
+)
+def test_serve_refuses_impossible_options_before_doing_anything(tmp_path, option):
+    env = server_env(tmp_path / "data", f"sqlite:///{tmp_path}/x.db")
+    done = errortrack("serve", *option, env=env, timeout=30)
+    assert done.returncode == 2
+    assert f"Invalid value for '{option[0]}'" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "data").exists()  # no migration ran
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        (
+            {"ERRORTRACK_DATABASE_URL": "postgresql+psycopg://postgres@127.0.0.1:1/x"},
+            "Error: relational store (ERRORTRACK_DATABASE_URL): connection failed:",
+        ),
+        (
+            {"ERRORTRACK_DATABASE_URL": "sqlite:////nonexistent-dir/x.db"},
+            "Error: relational store (ERRORTRACK_DATABASE_URL): unable to open database file",
+        ),
+        (
+            {"ERRORTRACK_CLICKHOUSE_URL": "http://127.0.0.1:1/et"},
+            "Error: ClickHouse store (ERRORTRACK_CLICKHOUSE_URL): [Errno 111] Connection refused",
+        ),
+        ({"data dir": "a file"}, "is a file, not a directory"),
+    ],
+)
+def test_migrate_on_an_unusable_store_says_so_in_one_line(tmp_path, setting, expected):
+    with scratch_database(tmp_path) as url:
+        env = server_env(tmp_path / "data", url)
+        if "data dir" in setting:
+            (tmp_path / "data").write_text("")
+        else:
+            env.update(setting)
+        done = errortrack("migrate", env=env, timeout=60)
+        assert done.returncode == 1
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1, done.stderr
+        assert expected in lines[0]
+
+
+def test_migrate_on_a_missing_postgres_database_says_so_in_one_line(tmp_path):
+    with scratch_database(tmp_path) as url:
+        if not url.startswith("postgresql"):
+            pytest.skip("a Postgres server to ask for a database it does not have")
+        missing = sa.make_url(url).set(database="et_no_such_database")
+        env = server_env(tmp_path / "data", missing.render_as_string(hide_password=False))
+        done = errortrack("migrate", env=env, timeout=60)
+        assert done.returncode == 1
+        assert done.stderr.strip().splitlines() == [
+            "Error: relational store (ERRORTRACK_DATABASE_URL): connection failed: connection"
+            ' to server at "127.0.0.1", port 5432 failed: FATAL:  database'
+            ' "et_no_such_database" does not exist'
+        ]
+
+
+def test_a_long_valid_query_string_is_not_refused_by_gunicorn(tmp_path):
+    # A logs query docs/API.md calls valid (q of 500 CJK characters, 4500 bytes encoded,
+    # plus attribute filters) got gunicorn's plain-text 414 at its default 4094.
+    import httpx
+
+    with scratch_database(tmp_path) as url:
+        server = Server(server_env(tmp_path / "data", url)).start()
+        try:
+            resp = httpx.get(f"{server.url}/readyz", params={"q": "日" * 800})
+            assert len(str(resp.request.url)) > 7000
+            assert resp.status_code == 200
+        finally:
+            server.stop()

@@ -62,3 +62,81 @@ def test_every_setting_is_in_the_readme():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for name, _default, _doc in settings_table():
         assert f"`{name}`" in readme, f"{name} is missing from the README's settings table"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        # nan made the retention thread busy-loop; inf and > TIMEOUT_MAX killed it.
+        ("ERRORTRACK_RETENTION_INTERVAL_SECONDS", "nan"),
+        ("ERRORTRACK_RETENTION_INTERVAL_SECONDS", "inf"),
+        ("ERRORTRACK_RETENTION_INTERVAL_SECONDS", "1e12"),
+        # Store URLs that can never work, which failed later as long tracebacks.
+        ("ERRORTRACK_DATABASE_URL", "sqlitefoo://x"),
+        ("ERRORTRACK_DATABASE_URL", "postgresqlX://y"),
+        ("ERRORTRACK_DATABASE_URL", "sqlite:///"),
+        ("ERRORTRACK_DATABASE_URL", "sqlite:///:memory:"),
+        ("ERRORTRACK_CLICKHOUSE_URL", "chdb://"),
+        ("ERRORTRACK_CLICKHOUSE_URL", "chdb:relative"),
+        ("ERRORTRACK_CLICKHOUSE_URL", "chdb://host/dir"),
+        ("ERRORTRACK_CLICKHOUSE_URL", "http://"),
+        ("ERRORTRACK_CLICKHOUSE_URL", "https://:8443/db"),
+        ("ERRORTRACK_CLICKHOUSE_URL", "http://ch:123456"),
+        ("ERRORTRACK_PUBLIC_URL", "http://h:99999"),
+        ("ERRORTRACK_PUBLIC_URL", "http://h:0"),
+        ("ERRORTRACK_PUBLIC_URL", "http://:80"),
+        ("ERRORTRACK_CLICKHOUSE_CLUSTER", "a'b"),
+    ],
+)
+def test_values_that_could_never_work_are_refused_in_one_line(name, value):
+    with pytest.raises(SettingsError, match=f"invalid value for {name}") as caught:
+        Settings.from_env({name: value})
+    assert "\n" not in str(caught.value)
+
+
+def test_the_largest_interval_a_thread_can_wait_is_accepted():
+    import threading
+
+    s = Settings.from_env({"ERRORTRACK_RETENTION_INTERVAL_SECONDS": "0.5"})
+    assert s.retention_interval_seconds == 0.5
+    top = str(threading.TIMEOUT_MAX)
+    s = Settings.from_env({"ERRORTRACK_RETENTION_INTERVAL_SECONDS": top})
+    assert s.retention_interval_seconds == threading.TIMEOUT_MAX
+
+
+def test_a_cluster_needs_a_clickhouse_server():
+    with pytest.raises(SettingsError, match="ERRORTRACK_CLICKHOUSE_CLUSTER") as caught:
+        Settings.from_env({"ERRORTRACK_CLICKHOUSE_CLUSTER": "main"})
+    assert "\n" not in str(caught.value)
+    with pytest.raises(SettingsError, match="ERRORTRACK_CLICKHOUSE_CLUSTER"):
+        Settings.from_env(
+            {"ERRORTRACK_CLICKHOUSE_URL": "chdb:///srv/ch", "ERRORTRACK_CLICKHOUSE_CLUSTER": "m"}
+        )
+    s = Settings.from_env(
+        {"ERRORTRACK_CLICKHOUSE_URL": "http://ch:8123/et", "ERRORTRACK_CLICKHOUSE_CLUSTER": "m"}
+    )
+    assert s.clickhouse_cluster == "m"
+
+
+def test_url_schemes_and_hosts_are_stored_lower_case():
+    # "HTTPS://..." is https (RFC 3986), and the session cookie's Secure flag and the
+    # store checks test the stored scheme.
+    s = Settings.from_env(
+        {
+            "ERRORTRACK_PUBLIC_URL": "HTTPS://Et.Example.COM:8443/Path/",
+            "ERRORTRACK_DATABASE_URL": "PostgreSQL+Psycopg://U:Pw@DB.Example/Et",
+            "ERRORTRACK_CLICKHOUSE_URL": "CHDB:///srv/CH",
+        }
+    )
+    assert s.public_url == "https://et.example.com:8443/Path"
+    assert s.database_url == "postgresql+psycopg://U:Pw@db.example/Et"
+    assert s.clickhouse_url == "chdb:///srv/CH"
+    assert s.embedded_clickhouse
+    assert Settings.from_env({"ERRORTRACK_DATABASE_URL": "SQLite:////srv/A.db"}).database_url == (
+        "sqlite:////srv/A.db"
+    )
+
+
+def test_a_plain_postgresql_url_uses_the_installed_driver():
+    s = Settings.from_env({"ERRORTRACK_DATABASE_URL": "postgresql://u@db/et"})
+    assert s.resolved_database_url == "postgresql+psycopg://u@db/et"
