@@ -28,6 +28,7 @@ def create(email: str, description: str) -> None:
     from errortrack.errors import ErrortrackError
     from errortrack.models import User
     from errortrack.state import utc_now
+    from errortrack.team.users import email_key
 
     settings = _settings()
     if not settings.database_url:
@@ -36,7 +37,7 @@ def create(email: str, description: str) -> None:
     engine = db.make_engine(settings.resolved_database_url)
     try:
         with db.unit_of_work(db.make_sessionmaker(engine)) as session:
-            user = session.scalar(sa.select(User).where(User.email == email.strip().lower()))
+            user = session.scalar(sa.select(User).where(User.email == email_key(email)))
             if user is None:
                 click.echo(f"error: no user with email {email}", err=True)
                 sys.exit(1)

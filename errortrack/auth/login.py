@@ -19,6 +19,7 @@ from errortrack.auth.passwords import hash_password, verify_password
 from errortrack.auth.throttle import LoginThrottle
 from errortrack.errors import Unauthorized
 from errortrack.models import User
+from errortrack.team.users import email_key
 
 
 @functools.cache
@@ -36,7 +37,7 @@ def login(
     throttle: LoginThrottle,
     now: dt.datetime,
 ) -> tuple[User, sessions.NewSession]:
-    email = (email or "").strip().lower()
+    email = email_key(email)
     throttle.check(email, ip)  # reserves this attempt until failed/succeeded/release
     try:
         user = session.scalar(sa.select(User).where(User.email == email)) if email else None

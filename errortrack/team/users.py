@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -14,8 +15,14 @@ from errortrack.models import User
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
+def email_key(email: str) -> str:
+    """An email as accounts are stored and looked up: NFC (an "é" typed as one code point
+    or as "e" plus an accent is one address, not two accounts), trimmed, lower-case."""
+    return unicodedata.normalize("NFC", email or "").strip().lower()
+
+
 def normalise_email(email: str) -> str:
-    value = (email or "").strip().lower()
+    value = email_key(email)
     if not _EMAIL.match(value) or len(value) > 320:
         raise ValidationError("not a valid email address", field="email")
     return value

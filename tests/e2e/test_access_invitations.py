@@ -266,3 +266,19 @@ def test_accepting_two_invitations_of_one_email_at_once_is_one_account_and_a_409
     assert _race(state, [accept(t) for t in tokens]) == [409, "ok"]
     emails = [u["email"] for u in world.call("admin", "GET", "/api/team").json]
     assert emails.count("twin@example.com") == 1
+
+
+def test_an_email_is_one_address_however_its_accents_are_encoded(world):
+    # "é" as one code point (NFC) or as "e" plus a combining accent (NFD) made two
+    # accounts, and a login typed the other way failed.
+    decomposed, composed = "jose\u0301@example.com", "jos\u00e9@example.com"
+    inv = _invite(world, decomposed)
+    assert inv["email"] == composed
+    assert _accept(world, inv["token"]).status_code == 201
+    again = world.call("admin", "POST", "/api/invitations", {"email": composed, "role": "member"})
+    assert again.status_code == 409 and again.json["error"]["field"] == "email"
+    for typed in (composed, decomposed):
+        login = world.client.simulate_post(
+            "/auth/login", json={"email": typed, "password": PASSWORD}
+        )
+        assert login.status_code == 200, typed
