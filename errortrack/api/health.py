@@ -8,11 +8,15 @@ of its load balancer. Counted from the files, so every worker and restart agrees
 
 from __future__ import annotations
 
+import logging
+
 import falcon
 
 from errortrack.errors import Unavailable
 from errortrack.spool import quarantine
 from errortrack.state import AppState
+
+log = logging.getLogger(__name__)
 
 
 class Healthz:
@@ -31,8 +35,12 @@ class Readyz:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         failures = self._state.check_stores()
         if failures:
-            detail = "; ".join(f"{store}: {why}" for store, why in failures.items())
-            raise Unavailable(f"store not ready: {detail}", retry_after=5)
+            # The probe is public: the answer names the stores, the log says why (a
+            # driver's message carries hosts, ports, users and database names).
+            for store, why in failures.items():
+                log.warning("readyz: %s store not ready: %s", store, why)
+            names = ", ".join(sorted(failures))
+            raise Unavailable(f"store not ready: {names} (the server log says why)", retry_after=5)
         kept = quarantine.Quarantine(quarantine.directory(self._state.settings.spool_dir))
         resp.media = {
             "status": "ok",
