@@ -38,17 +38,42 @@ def _bool(raw: str) -> bool:
     raise ValueError("expected one of 1/0, true/false, yes/no, on/off")
 
 
+# Byte counts and row counts beyond this are typos; the stores and the spool keep sizes
+# in signed 64-bit integers.
+_MAX_INT = 2**63 - 1
+
+
+def _int(raw: str) -> int:
+    # int() also takes "9_0", a sign and other scripts' digits; a setting is ASCII digits.
+    text = raw.strip()
+    if not re.fullmatch(r"[0-9]+", text):
+        raise ValueError("expected a whole number written in digits 0-9")
+    value = int(text)
+    if value > _MAX_INT:
+        raise ValueError(f"expected at most {_MAX_INT}")
+    return value
+
+
 def _positive_int(raw: str) -> int:
-    value = int(raw)
+    value = _int(raw)
     if value <= 0:
         raise ValueError("expected a whole number above 0")
     return value
 
 
 def _non_negative_int(raw: str) -> int:
-    value = int(raw)
-    if value < 0:
-        raise ValueError("expected a whole number, 0 or more")
+    return _int(raw)
+
+
+# A billion items a second per project is far beyond any instance; a larger value (the
+# limiter computes in floats) made every ingest request a 500.
+MAX_RATE_LIMIT = 10**9
+
+
+def _rate_limit(raw: str) -> int:
+    value = _int(raw)
+    if value > MAX_RATE_LIMIT:
+        raise ValueError(f"expected at most {MAX_RATE_LIMIT} (0 = no limit)")
     return value
 
 
@@ -59,7 +84,7 @@ MAX_RETENTION_DAYS = 3650
 
 
 def _retention_days(raw: str) -> int:
-    value = int(raw)
+    value = _int(raw)
     if not 1 <= value <= MAX_RETENTION_DAYS:
         raise ValueError(f"expected a number of days from 1 to {MAX_RETENTION_DAYS}")
     return value
@@ -134,6 +159,11 @@ def _url(raw: str) -> str:
     parts = _split(raw)
     if parts.scheme not in {"http", "https"} or not parts.hostname or parts.port == 0:
         raise ValueError("expected an http(s)://host[:port] URL")
+    if "@" in parts.netloc or parts.query or parts.fragment:
+        # DSNs are built as <scheme>://<key>@<netloc><path>/<project>: a user and password
+        # here made SDKs read the key as "<key>@user" (every request a 401) and published
+        # the password; a query or fragment would end up inside DSNs and invite links.
+        raise ValueError("expected an http(s)://host[:port][/path] URL without user, query or #")
     return _normalised(raw, parts).rstrip("/")
 
 
@@ -199,7 +229,7 @@ class Settings:
         5, _positive_int, "Data-error failures of a batch before its bad rows are quarantined"
     )
     # Accepted items per second per project (a log counts once per log line); 0 = no limit.
-    rate_limit_per_second: int = _setting(0, _non_negative_int, "Ingest items/s per project")
+    rate_limit_per_second: int = _setting(0, _rate_limit, "Ingest items/s per project")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from errortrack.errors import Forbidden, Unauthorized
 from errortrack.models import Project, ProjectKey
 
-KEY_SHAPE = re.compile(r"^[A-Za-z0-9]{1,64}$")
+KEY_SHAPE = re.compile(r"[A-Za-z0-9]{1,64}")
 FORBIDDEN = "this key may not send to this project"
 
 
@@ -60,7 +60,9 @@ def key_from_dsn(dsn: object) -> str:
 
 
 def _checked(key: str, where: str) -> str:
-    if not KEY_SHAPE.match(key):
+    # fullmatch: "$" also matched before a final newline, so "<key>\n" was looked up
+    # (and cached) and answered 403 instead of the malformed key's 401.
+    if not KEY_SHAPE.fullmatch(key):
         raise Unauthorized(f"malformed sentry_key in {where}", field=where)
     return key
 

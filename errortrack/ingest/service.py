@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import orjson
+import sqlalchemy.exc
 from sqlalchemy.orm import Session
 
 from errortrack import timestamps
@@ -23,6 +25,8 @@ from errortrack.errors import BadRequest, Unavailable
 from errortrack.ingest import auth, envelope, items
 from errortrack.ingest.ratelimit import RateLimiter
 from errortrack.spool.segments import Spool
+
+log = logging.getLogger(__name__)
 
 _NEWLINE = orjson.OPT_APPEND_NEWLINE
 # Items whose envelope header event_id is the id a client expects back.
@@ -57,8 +61,14 @@ class Ingest:
         return self.keys.lookup(key, self._load_key)
 
     def _load_key(self, key: str) -> auth.KeyInfo | None:
-        with self.sessions() as session:
-            return auth.load_key(session, key)
+        try:
+            with self.sessions() as session:
+                return auth.load_key(session, key)
+        except sqlalchemy.exc.DBAPIError:
+            # The relational store is down or busy: the SDK should come back, not log
+            # a 500 for every request whose key is not cached.
+            log.warning("ingest: project keys cannot be read", exc_info=True)
+            raise Unavailable("project keys cannot be read now", retry_after=5) from None
 
     async def store(self, accepted: Accepted) -> None:
         """Spools the rows (durable once this returns): only then is the envelope accepted."""

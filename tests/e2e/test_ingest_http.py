@@ -358,6 +358,36 @@ def test_auth_failures(state, ingest_client, project, clickhouse):
     assert _logs(clickhouse, pid) == [] and _logs(clickhouse, other_pid) == []
 
 
+def test_a_key_with_a_trailing_newline_is_malformed_not_someone_elses(
+    state, ingest_client, project
+):
+    # "$" matched before the newline: the key was looked up, cached and answered 403.
+    pid, key = project
+    body = log_envelope([_log("x")])
+    resp = _post(ingest_client, pid, body, query=f"sentry_key={key}%0A")
+    _error(resp, 401, "unauthorized", "malformed")
+
+
+def test_a_key_that_cannot_be_read_while_the_database_is_down_is_503(state, project, clickhouse):
+    # A key not in the cache was a 500 (and a traceback per request) with the relational
+    # store down: SDKs must be told to come back.
+    from errortrack import db
+    from errortrack.state import AppState
+    from tests.support import free_port
+
+    pid, key = project
+    dead = db.make_engine(f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/x")
+    st = AppState.build(state.settings, engine=dead, clickhouse=clickhouse, clock=state.clock)
+    client = falcon.testing.TestClient(create_server_app(state=st))
+    try:
+        resp = _post(client, pid, log_envelope([_log("x")]), sentry_auth(key))
+        _error(resp, 503, "unavailable", "project keys cannot be read")
+        assert resp.headers["Retry-After"] == "5"
+    finally:
+        st.ingest.writer.spool.close()
+        dead.dispose()
+
+
 def test_a_dsn_that_is_no_url_is_401_like_any_malformed_auth(state, ingest_client, project):
     pid, key = project
     for dsn in ("http://[oops@127.0.0.1/1", f"http://{key}@[::1/{pid}"):  # urlsplit refuses

@@ -86,6 +86,18 @@ def test_every_setting_is_in_the_readme():
         ("ERRORTRACK_PUBLIC_URL", "http://h:0"),
         ("ERRORTRACK_PUBLIC_URL", "http://:80"),
         ("ERRORTRACK_CLICKHOUSE_CLUSTER", "a'b"),
+        # int() took these; a setting is written in ASCII digits.
+        ("ERRORTRACK_RETENTION_DAYS", "9_0"),
+        ("ERRORTRACK_RETENTION_DAYS", "\u0669\u0660"),
+        ("ERRORTRACK_DISK_CAP_BYTES", "+5"),
+        ("ERRORTRACK_DISK_CAP_BYTES", str(2**63)),
+        # The limiter computes in floats: a 401-digit limit made every request a 500.
+        ("ERRORTRACK_RATE_LIMIT_PER_SECOND", "1" * 401),
+        ("ERRORTRACK_RATE_LIMIT_PER_SECOND", str(10**9 + 1)),
+        # DSNs are <scheme>://<key>@<netloc>/...: a user here broke every SDK's DSN.
+        ("ERRORTRACK_PUBLIC_URL", "https://user:pw@et.example.com"),
+        ("ERRORTRACK_PUBLIC_URL", "https://et.example.com/?x=1"),
+        ("ERRORTRACK_PUBLIC_URL", "https://et.example.com/#top"),
     ],
 )
 def test_values_that_could_never_work_are_refused_in_one_line(name, value):
