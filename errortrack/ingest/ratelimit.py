@@ -1,11 +1,17 @@
 """Per-project limit on accepted items per second, answered the way SDKs understand.
 
-A token bucket per project holding at most one second's worth. A request is accepted
-while the bucket is not in debt and then pays for all its items (so one envelope larger
-than the rate still gets through once); over the limit it gets 429 with ``Retry-After``
-and ``X-Sentry-Rate-Limits: <seconds>::project:rate_limited`` (empty categories = all),
-which makes sentry-python and @sentry/javascript hold back every category. A request
-refused after paying (the spool full: 503) gets its items back with ``refund``.
+One token bucket per project and data category (errors, transactions, spans, logs), each
+holding at most one second's worth of the limit. A request is accepted while none of the
+buckets it needs is in debt and then pays for all its items (so one envelope larger than
+the rate still gets through once); otherwise it gets 429 with ``Retry-After`` (the
+longest wait) and ``X-Sentry-Rate-Limits`` naming each category that is over, e.g.
+``12:log_item:project:rate_limited``, as Relay answers. SDKs then hold back only those
+categories: a burst of logs no longer stops a project's errors, which an empty category
+list ("all") did for as long as the logs' debt lasted. A request refused after paying
+(the spool full: 503) gets its items back with ``refund``.
+
+Per process: with N gunicorn workers each keeps its own buckets, and ``serve`` gives
+each worker its share of the setting (cli.py).
 """
 
 from __future__ import annotations
@@ -13,42 +19,69 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from errortrack.errors import RateLimited
 
+# Item type -> the data category SDKs read in X-Sentry-Rate-Limits (develop.sentry.dev
+# "Rate Limiting"; sentry_sdk's _parse_rate_limits). Events are "error", and "default"
+# for SDKs that file message events under it.
+CATEGORIES = {
+    "event": "error;default",
+    "transaction": "transaction",
+    "span": "span",
+    "log": "log_item",
+}
+
 
 class RateLimiter:
-    def __init__(self, per_second: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.per_second = per_second
+    def __init__(self, per_second: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_second = float(per_second)
         self.clock = clock
         self._lock = threading.Lock()
-        # project id -> (tokens, last refill time)
-        self._buckets: dict[int, tuple[float, float]] = {}
+        # (project id, category) -> (tokens, last refill time)
+        self._buckets: dict[tuple[int, str], tuple[float, float]] = {}
 
-    def take(self, project_id: int, items: int) -> None:
-        if self.per_second <= 0 or items <= 0:
+    def take(self, project_id: int, items: Mapping[str, int]) -> None:
+        """Charge ``items`` (category -> count) or raise 429 for the categories in debt."""
+        wanted = {c: n for c, n in items.items() if n > 0}
+        if self.per_second <= 0 or not wanted:
             return
         now = self.clock()
         with self._lock:
-            tokens, last = self._buckets.get(project_id, (float(self.per_second), now))
-            tokens = min(float(self.per_second), tokens + (now - last) * self.per_second)
-            if tokens < 0:
-                self._buckets[project_id] = (tokens, now)
-                wait = max(1, math.ceil(-tokens / self.per_second))
+            tokens = {c: self._refilled(project_id, c, now) for c in wanted}
+            waits = {
+                c: max(1, math.ceil(-left / self.per_second))
+                for c, left in tokens.items()
+                if left < 0
+            }
+            if waits:
+                for category in waits:
+                    self._buckets[(project_id, category)] = (tokens[category], now)
                 raise RateLimited(
-                    f"project {project_id} is over its limit of {self.per_second} items/s",
-                    retry_after=wait,
-                    sentry_limits=f"{wait}::project:rate_limited",
+                    f"project {project_id} is over its limit of {self.per_second:g} items/s "
+                    f"for {', '.join(sorted(waits))}",
+                    retry_after=max(waits.values()),
+                    sentry_limits=", ".join(
+                        f"{wait}:{category}:project:rate_limited"
+                        for category, wait in sorted(waits.items())
+                    ),
                 )
-            self._buckets[project_id] = (tokens - items, now)
+            for category, count in wanted.items():
+                self._buckets[(project_id, category)] = (tokens[category] - count, now)
 
-    def refund(self, project_id: int, items: int) -> None:
+    def refund(self, project_id: int, items: Mapping[str, int]) -> None:
         """Give back what ``take`` charged for a request that was then refused."""
-        if self.per_second <= 0 or items <= 0:
+        if self.per_second <= 0:
             return
         with self._lock:
-            bucket = self._buckets.get(project_id)
-            if bucket is not None:
-                tokens, last = bucket
-                self._buckets[project_id] = (min(float(self.per_second), tokens + items), last)
+            for category, count in items.items():
+                bucket = self._buckets.get((project_id, category))
+                if bucket is not None and count > 0:
+                    tokens, last = bucket
+                    full = min(self.per_second, tokens + count)
+                    self._buckets[(project_id, category)] = (full, last)
+
+    def _refilled(self, project_id: int, category: str, now: float) -> float:
+        tokens, last = self._buckets.get((project_id, category), (self.per_second, now))
+        return min(self.per_second, tokens + (now - last) * self.per_second)

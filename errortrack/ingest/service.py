@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from errortrack import timestamps
 from errortrack.errors import BadRequest, Unavailable
 from errortrack.ingest import auth, envelope, items
-from errortrack.ingest.ratelimit import RateLimiter
+from errortrack.ingest.ratelimit import CATEGORIES, RateLimiter
 from errortrack.spool.segments import Spool
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,8 @@ class Accepted:
     tables: dict[str, bytes]  # table -> JSONEachRow lines
     rows: int
     project_id: int = 0
-    charged: int = 0  # items taken from the project's rate limit
+    # Items taken from the project's rate limit, by data category (ratelimit.CATEGORIES).
+    charged: dict[str, int] = dataclasses.field(default_factory=dict)
     dropped: list[str] = dataclasses.field(default_factory=list)  # types without a handler
 
 
@@ -124,7 +125,8 @@ def _accept(
     log_lines: list[bytes] = []
     event_id: str | None = None
     dropped: list[str] = []
-    accepted = count = 0
+    charges: dict[str, int] = {}
+    count = 0
     for kind, item_header, payload in parts:
         rows = items.dispatch(kind, payload, item_header, ctx)
         if rows.dropped is not None:
@@ -133,13 +135,32 @@ def _accept(
         tables["events"] += rows.events
         tables["spans"] += rows.spans
         count += rows.count()
-        accepted += max(1, rows.count())
+        for category, items_of in _charges(kind, rows):
+            charges[category] = charges.get(category, 0) + items_of
         if event_id is None:
             event_id = rows.event_id or (header.get("event_id") if kind in EVENT_TYPES else None)
-    ingest.limiter.take(ctx.project_id, accepted)
+    ingest.limiter.take(ctx.project_id, charges)
     encoded = {"logs": b"".join(log_lines)} if count else {}
     for name, rows_of in tables.items():
         if rows_of:
             encoded[name] = b"".join([orjson.dumps(r, option=_NEWLINE) for r in rows_of])
     response = {"id": event_id} if isinstance(event_id, str) and event_id else {}
-    return Accepted(response, encoded, count, ctx.project_id, accepted, dropped)
+    return Accepted(response, encoded, count, ctx.project_id, charges, dropped)
+
+
+def _charges(kind: str, rows: items.ItemRows) -> list[tuple[str, int]]:
+    """What an item costs, by the data category SDKs back off from: a log line, an error
+    event and a streamed span are one item each; a transaction is one however many spans
+    it holds, as Sentry counts it. Items without a handler are dropped: nothing to charge."""
+    found = []
+    if rows.log_count:
+        found.append((CATEGORIES["log"], rows.log_count))
+    if rows.events:
+        found.append((CATEGORIES["event"], len(rows.events)))
+    if rows.spans:
+        # A transaction sent as a plain event (old SDKs, /store/) is a transaction too.
+        if kind == "span":
+            found.append((CATEGORIES["span"], len(rows.spans)))
+        else:
+            found.append((CATEGORIES["transaction"], 1))
+    return found

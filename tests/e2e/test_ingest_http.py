@@ -600,10 +600,48 @@ def test_rate_limit_answers_429_with_sentry_headers(state, project, clickhouse):
     # Named on the answer itself, or a browser SDK cannot read them.
     exposed = resp.headers["Access-Control-Expose-Headers"]
     assert "x-sentry-rate-limits" in exposed and "retry-after" in exposed
-    assert resp.headers["X-Sentry-Rate-Limits"].endswith("::project:rate_limited")
+    assert resp.headers["X-Sentry-Rate-Limits"].endswith(":log_item:project:rate_limited")
     st.ingest.writer.drain()
     assert sorted(r[0] for r in _logs(clickhouse, pid)) == ["0", "1", "2", "3", "4", "a"]
     st.ingest.writer.spool.close()
+
+
+def test_a_burst_of_logs_over_the_limit_does_not_stop_errors(state, project, clickhouse):
+    # One bucket for every item, answered "all categories", made SDKs stop sending a
+    # project's errors for as long as a logs burst's debt lasted (199 s for this one).
+    import dataclasses
+
+    from errortrack.state import AppState
+
+    limited = dataclasses.replace(state.settings, rate_limit_per_second=10)
+    st = AppState.build(limited, engine=state.engine, clickhouse=clickhouse, clock=state.clock)
+    client = falcon.testing.TestClient(create_server_app(state=st))
+    pid, key = project
+    burst = log_envelope([_log(str(i)) for i in range(2000)])
+    assert _post(client, pid, burst, sentry_auth(key)).status_code == 200
+    more = _post(client, pid, log_envelope([_log("more")]), sentry_auth(key))
+    _error(more, 429, "rate_limited")
+    assert more.headers["X-Sentry-Rate-Limits"] == "199:log_item:project:rate_limited"
+    event = b'{"event_id":"' + b"c" * 32 + b'"}\n{"type":"event"}\n{"message":"still here"}\n'
+    resp = _post(client, pid, event, sentry_auth(key))
+    assert resp.status_code == 200 and resp.json == {"id": "c" * 32}
+    st.ingest.writer.spool.close()
+
+
+def test_each_serving_process_enforces_its_share_of_the_limit(state):
+    # gunicorn workers keep their own buckets: N of them at the full setting let a
+    # project through at N times it.
+    import dataclasses
+
+    from errortrack.state import AppState
+
+    limited = dataclasses.replace(state.settings, rate_limit_per_second=100)
+    st = AppState.build(
+        limited, engine=state.engine, clickhouse=state.clickhouse, clock=state.clock
+    )
+    built = runtime.build(st, processes=4)
+    assert built.ingest.limiter.per_second == 25
+    built.writer.spool.close()
 
 
 def test_a_cold_key_is_loaded_once_for_requests_arriving_together(state, project, clickhouse):
