@@ -28,7 +28,10 @@ def parse(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond a double (msgspec reads those exactly)
+            return None
     if isinstance(value, str) and value:
         try:
             parsed = dt.datetime.fromisoformat(value)

@@ -97,6 +97,9 @@ def container_items(payload: bytes, kind: str, *, exact: bool = False) -> list[A
         container = msgspec.json.decode(payload) if exact else orjson.loads(payload)
     except (orjson.JSONDecodeError, msgspec.DecodeError) as exc:
         raise BadRequest(f"{kind} item payload is not valid JSON: {exc}") from None
+    except RecursionError:
+        # msgspec's own limit on nesting (orjson's is a JSONDecodeError above).
+        raise BadRequest(f"{kind} item payload is nested too deeply") from None
     items = container.get("items") if isinstance(container, dict) else None
     if not isinstance(items, list):
         raise BadRequest(f'{kind} item payload must be an object {{"items": [...]}}')

@@ -3,6 +3,7 @@
 import datetime as dt
 from pathlib import Path
 
+import msgspec
 import orjson
 import pytest
 
@@ -344,3 +345,29 @@ def test_a_segment_with_a_bad_clock_moves_none_of_its_good_spans():
     rows = _by_id(handle_transaction(orjson.dumps(event), {}, ctx()).spans)
     assert rows["2" * 16]["start_timestamp"] == now + 0.1
     assert rows["2" * 16]["duration_us"] == 400_000
+
+
+@pytest.mark.parametrize(
+    ("change", "expect"),
+    [
+        # msgspec keeps these integers exact; float() of them overflowed (a 500).
+        ({"start_timestamp": 10**400}, {}),
+        ({"attributes": {"d": {"value": 10**23, "type": "double"}}}, {"d": 1e23}),
+        ({"attributes": {"d": {"value": 10**400, "type": "double"}}}, {}),
+        ({"attributes": {"deep": {"value": "NEST", "type": "string"}}}, "400"),
+    ],
+)
+def test_span_v2_values_beyond_a_double_or_nesting_are_stored_or_400_never_500(change, expect):
+    now = RECEIVED.timestamp() - 1
+    span = _v2_span("1" * 16, now, now + 1, segment=True) | change
+    # msgspec writes the integers as sent (orjson refuses them beyond 64 bits).
+    payload = msgspec.json.encode({"version": 2, "items": [span]})
+    payload = payload.replace(b'"NEST"', b"[" * 5000 + b"]" * 5000)
+    if expect == "400":
+        with pytest.raises(BadRequest, match=r"nested too deeply|not valid JSON"):
+            handle_span(payload, {"type": "span"}, ctx())
+        return
+    [row] = handle_span(payload, {"type": "span"}, ctx()).spans
+    assert RECEIVED.timestamp() - 2 <= row["start_timestamp"] <= RECEIVED.timestamp()
+    orjson.dumps(row)  # the spool's encoder takes it
+    assert row["attr_float"] == expect
