@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
 PREFIX = "ERRORTRACK_"
 
 # Variables that belong to the project's tools rather than to the server; they are
@@ -123,17 +126,31 @@ def _normalised(raw: str, parts: SplitResult, scheme: str = "") -> str:
 _DATABASE_HELP = "expected sqlite:///<path> or postgresql+psycopg://user@host/db"
 
 
+_DATABASE_DRIVERS = {"sqlite", "sqlite+pysqlite", "postgresql", "postgresql+psycopg"}
+
+
 def _database_url(raw: str) -> str:
-    parts = _split(raw)
-    if parts.scheme not in {"sqlite", "postgresql", "postgresql+psycopg"}:
+    # Read as SQLAlchemy reads it, not with urlsplit: a password may hold "#", "/" or "?"
+    # unescaped, which urlsplit took for a fragment or a path (and then a bad port).
+    try:
+        url = make_url(raw.strip())
+    except (ArgumentError, ValueError):
+        raise ValueError(_DATABASE_HELP) from None
+    driver = url.drivername.lower()
+    if driver not in _DATABASE_DRIVERS:
         raise ValueError(_DATABASE_HELP)
-    if parts.scheme == "sqlite" and parts.path.lstrip("/") in {"", ":memory:"}:
+    if driver.startswith("sqlite") and url.database in {None, "", ":memory:"}:
         # In-memory: every connection gets its own empty database, so the migrated one is
         # not the one the server uses.
         raise ValueError(_DATABASE_HELP + " (a file, not in-memory)")
+    if url.port is not None and not 1 <= url.port <= 65535:
+        raise ValueError(f"invalid port in URL: {url.port}")
     # SQLAlchemy's default Postgres driver is psycopg2, which is not installed.
-    scheme = "postgresql+psycopg" if parts.scheme == "postgresql" else ""
-    return _normalised(raw, parts, scheme)
+    url = url.set(
+        drivername="postgresql+psycopg" if driver == "postgresql" else driver,
+        host=url.host.lower() if url.host else url.host,
+    )
+    return url.render_as_string(hide_password=False)
 
 
 def _clickhouse_url(raw: str) -> str:

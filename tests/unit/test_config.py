@@ -130,6 +130,25 @@ def test_a_cluster_needs_a_clickhouse_server():
     assert s.clickhouse_cluster == "m"
 
 
+@pytest.mark.parametrize(
+    ("raw", "stored"),
+    [
+        # SQLAlchemy reads these; urlsplit took "#" or "/" in a password for a fragment
+        # or a path, and they were refused though they connect.
+        ("sqlite+pysqlite:////srv/x.sqlite3", "sqlite+pysqlite:////srv/x.sqlite3"),
+        ("postgresql+psycopg://u:pa#ss@db/et", "postgresql+psycopg://u:pa%23ss@db/et"),
+        ("postgresql+psycopg://u:pa/ss@db:5433/et", "postgresql+psycopg://u:pa%2Fss@db:5433/et"),
+        ("postgresql://u@db/et?sslmode=require", "postgresql+psycopg://u@db/et?sslmode=require"),
+    ],
+)
+def test_database_urls_are_read_as_sqlalchemy_reads_them(raw, stored):
+    from sqlalchemy.engine import make_url
+
+    url = Settings.from_env({"ERRORTRACK_DATABASE_URL": raw}).database_url
+    assert url == stored
+    assert make_url(url).password == make_url(raw).password
+
+
 def test_url_schemes_and_hosts_are_stored_lower_case():
     # "HTTPS://..." is https (RFC 3986), and the session cookie's Secure flag and the
     # store checks test the stored scheme.
