@@ -338,3 +338,47 @@ def test_instances_starting_at_once_all_migrate_a_fresh_database(tmp_path):
             failures = [p.communicate(timeout=120)[1] for p in procs if p.wait(timeout=120)]
             assert failures == []
             assert _tables(url) == APP_TABLES
+
+
+def test_the_nfc_migration_lets_accounts_made_with_decomposed_emails_log_in(tmp_path):
+    # Lookups are NFC since the seventeenth session; an account stored as typed in the
+    # decomposed form could no longer log in, nor be found by `token create`.
+    from errortrack.auth.login import login
+    from errortrack.auth.passwords import hash_password
+    from errortrack.auth.throttle import LoginThrottle
+    from errortrack.models import Invitation, User
+
+    decomposed, composed = "jose\u0301@example.com", "jos\u00e9@example.com"
+    now = dt.datetime.now(dt.UTC)
+    with scratch_database(tmp_path) as url:
+        relational.upgrade(url, "0005")
+        engine, sessions = _sessions(url)
+        with sessions.begin() as s:
+            s.add(User(email=decomposed, password_hash=hash_password("a password"), role="member"))
+            s.add(User(email="ann@example.com", password_hash="x", role="member"))
+            s.add(
+                Invitation(
+                    email="zoe\u0308@example.com",
+                    role="member",
+                    token="t" * 64,
+                    expires_at=now + dt.timedelta(hours=1),
+                )
+            )
+        engine.dispose()
+        relational.upgrade(url)
+        engine, sessions = _sessions(url)
+        with sessions.begin() as s:
+            emails = sorted(s.scalars(sa.select(User.email)))
+            assert emails == ["ann@example.com", composed]
+            assert list(s.scalars(sa.select(Invitation.email))) == ["zo\u00eb@example.com"]
+            user, _ = login(
+                s,
+                throttle=LoginThrottle(lambda: now),
+                email=decomposed,
+                password="a password",
+                ip="127.0.0.1",
+                now=now,
+            )
+            assert user.email == composed
+        engine.dispose()
+        relational.downgrade(url, "0005")
