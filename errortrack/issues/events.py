@@ -17,7 +17,7 @@ from errortrack import timestamps
 from errortrack.errors import BadRequest
 from errortrack.issues import summary
 from errortrack.issues.fingerprint import fingerprint
-from errortrack.traces.rows import hex_id
+from errortrack.traces.rows import hex_id, span_hex
 
 if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
@@ -70,7 +70,7 @@ def _trace(event: dict[str, Any]) -> tuple[str, str]:
     trace = contexts.get("trace") if isinstance(contexts, dict) else None
     if not isinstance(trace, dict):
         return "", ""
-    return hex_id(trace, "trace_id"), hex_id(trace, "span_id")
+    return hex_id(trace, "trace_id"), span_hex(trace, "span_id")
 
 
 def event_row(

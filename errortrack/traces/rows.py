@@ -71,10 +71,18 @@ def anchor_of(
     return segment if segment is not None else max(starts, default=None)
 
 
-def item_shift(anchor: float | None, received: float, drift: float) -> float:
-    """Seconds to move every span of an item by: the clock drift, or what brings its
-    ``anchor`` (the segment's start) to the arrival when that start is implausible."""
-    return 0.0 if anchor is None else timestamps.corrected(anchor, received, drift) - anchor
+def item_shift(anchor: float | None, times: list[float], received: float, drift: float) -> float:
+    """Seconds to move every span of an item by: the clock drift when its ``anchor`` is
+    plausible; else (the whole item from a wrong clock) what brings the item's end, the
+    latest of its ``times`` from the anchor on, to the arrival, as spans end before the
+    envelope is sent. Bringing the anchor there instead put every later span past the
+    window's 60 s ahead, and they all collapsed onto the anchor with no duration."""
+    if anchor is None:
+        return 0.0
+    if timestamps.in_window(anchor + drift, received):
+        return drift
+    ends = [t for t in times if anchor <= t <= anchor + timestamps.MAX_PAST]
+    return received - max(ends, default=anchor)
 
 
 def placed(
@@ -147,7 +155,11 @@ def text(source: Mapping[str, Any], key: str) -> str:
 
 
 def hex_id(source: Mapping[str, Any], key: str) -> str:
-    """A trace or span id as the API and the trace view compare it: lower-case, without a
-    UUID's dashes (SDKs send that already; an upper-case id was stored as sent and its
-    trace then never found)."""
+    """A trace id as the API and the trace view compare it: lower-case, without a UUID's
+    dashes (SDKs send that already; an upper-case id was stored as sent and its trace
+    then never found). Span ids are only lower-cased (``span_hex``), as logs' are."""
     return text(source, key).replace("-", "").lower()
+
+
+def span_hex(source: Mapping[str, Any], key: str) -> str:
+    return text(source, key).lower()

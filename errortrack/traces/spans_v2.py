@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from errortrack import timestamps
 from errortrack.errors import BadRequest
 from errortrack.ingest.envelope import container_items
-from errortrack.traces.rows import anchor_of, hex_id, item_shift, placed, span_row, text
+from errortrack.traces.rows import anchor_of, hex_id, item_shift, placed, span_hex, span_row, text
 
 if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
@@ -45,12 +45,22 @@ def _anchor(spans: list[Any], received: float, drift: float) -> float | None:
     return anchor_of(segment, starts, received, drift)
 
 
+def _times(spans: list[Any]) -> list[float]:
+    found = []
+    for span in spans:
+        if isinstance(span, dict):
+            for key in ("start_timestamp", "end_timestamp"):
+                if (ts := timestamps.finite(span.get(key))) is not None:
+                    found.append(ts)
+    return found
+
+
 def rows(spans: list[Any], ctx: ItemContext) -> list[dict[str, Any]]:
     received = ctx.received_at.timestamp()
     anchor = _anchor(spans, received, ctx.drift)
     # One shift for the whole item (the clock drift, or to the arrival when the SDK's
     # clock is implausible): spans keep their places relative to each other.
-    shift = item_shift(anchor, received, ctx.drift)
+    shift = item_shift(anchor, _times(spans), received, ctx.drift)
     placed_anchor = received if anchor is None else anchor + shift
     return [_row(span, i, ctx, received, shift, placed_anchor) for i, span in enumerate(spans)]
 
@@ -58,7 +68,7 @@ def rows(spans: list[Any], ctx: ItemContext) -> list[dict[str, Any]]:
 def _row(
     span: Any, index: int, ctx: ItemContext, received: float, shift: float, anchor: float
 ) -> dict[str, Any]:
-    if not isinstance(span, dict) or not hex_id(span, "trace_id") or not hex_id(span, "span_id"):
+    if not isinstance(span, dict) or not hex_id(span, "trace_id") or not span_hex(span, "span_id"):
         raise BadRequest(f"span {index} needs a trace_id and a span_id")
     attributes = span.get("attributes")
     if attributes is None:
@@ -77,10 +87,10 @@ def _row(
     return span_row(
         project_id=ctx.project_id,
         trace_id=hex_id(span, "trace_id"),
-        span_id=hex_id(span, "span_id"),
-        parent_span_id=hex_id(span, "parent_span_id"),
+        span_id=span_hex(span, "span_id"),
+        parent_span_id=span_hex(span, "parent_span_id"),
         segment_id=_attribute_text(attributes, "sentry.segment.id").lower()
-        or (hex_id(span, "span_id") if is_segment else ""),
+        or (span_hex(span, "span_id") if is_segment else ""),
         segment_name=_attribute_text(attributes, "sentry.segment.name")
         or (name if is_segment else ""),
         is_segment=is_segment,

@@ -20,6 +20,7 @@ from errortrack.traces.rows import (
     infer_attributes,
     item_shift,
     placed,
+    span_hex,
     span_row,
     text,
 )
@@ -43,7 +44,11 @@ def handle_transaction(payload: bytes, headers: dict[str, Any], ctx: ItemContext
 def _root_context(event: dict[str, Any]) -> dict[str, Any]:
     contexts = event.get("contexts")
     trace = contexts.get("trace") if isinstance(contexts, dict) else None
-    if not isinstance(trace, dict) or not hex_id(trace, "trace_id") or not hex_id(trace, "span_id"):
+    if (
+        not isinstance(trace, dict)
+        or not hex_id(trace, "trace_id")
+        or not span_hex(trace, "span_id")
+    ):
         raise BadRequest("transaction needs contexts.trace with trace_id and span_id")
     return trace
 
@@ -59,14 +64,16 @@ def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
     # SDK's clock is implausible), so that the spans keep their places relative to each
     # other; a span still outside the window starts with the anchor (rows.placed).
     anchor = anchor_of(first, [t for t in starts if t is not None], received, ctx.drift)
-    shift = item_shift(anchor, received, ctx.drift)
+    ends = [timestamps.finite(s.get("timestamp")) for s in [event, *spans]]
+    times = [t for t in [*starts, *ends] if t is not None]
+    shift = item_shift(anchor, times, received, ctx.drift)
     fallback = received if anchor is None else anchor + shift
     start, end = placed(first, timestamps.finite(event.get("timestamp")), shift, fallback, received)
     name = text(event, "transaction")
     common: dict[str, Any] = {
         "project_id": ctx.project_id,
         "trace_id": hex_id(trace, "trace_id"),
-        "segment_id": hex_id(trace, "span_id"),
+        "segment_id": span_hex(trace, "span_id"),
         "segment_name": name,
         "received_at": received,
         "retention_days": ctx.retention_days,
@@ -79,8 +86,8 @@ def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
     }
     root = span_row(
         **common,
-        span_id=hex_id(trace, "span_id"),
-        parent_span_id=hex_id(trace, "parent_span_id"),
+        span_id=span_hex(trace, "span_id"),
+        parent_span_id=span_hex(trace, "parent_span_id"),
         is_segment=True,
         op=text(trace, "op"),
         description=text(trace, "description") or name,
@@ -100,7 +107,7 @@ def _child(
     shift: float,
     received: float,
 ) -> dict[str, Any]:
-    if not hex_id(span, "span_id"):
+    if not span_hex(span, "span_id"):
         raise BadRequest("every span of a transaction needs a span_id")
     begin, end = placed(
         timestamps.finite(span.get("start_timestamp")),
@@ -111,9 +118,9 @@ def _child(
     )
     return span_row(
         **{**common, "trace_id": hex_id(span, "trace_id") or common["trace_id"]},
-        span_id=hex_id(span, "span_id"),
+        span_id=span_hex(span, "span_id"),
         # A child without a parent hangs off the root, where the SDK recorded it.
-        parent_span_id=hex_id(span, "parent_span_id") or common["segment_id"],
+        parent_span_id=span_hex(span, "parent_span_id") or common["segment_id"],
         is_segment=False,
         op=text(span, "op"),
         description=text(span, "description"),

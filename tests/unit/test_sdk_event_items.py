@@ -254,17 +254,37 @@ def test_a_transaction_child_with_a_bad_clock_starts_with_its_root():
     assert [rows[c * 16]["duration_us"] for c in "12345"] == [1_000_000, 200_000, 0, 0, 0]
 
 
-def test_a_whole_item_from_a_wrong_clock_moves_together_to_the_arrival():
-    old = RECEIVED.timestamp() - 90 * 86400  # the device's clock three months behind
+def test_a_whole_item_from_a_wrong_clock_moves_together_to_end_at_the_arrival():
+    # A 3-minute job from a clock two years behind: moving its start to the arrival put
+    # every later span more than 60 s ahead, and all of them collapsed to no duration.
+    old = RECEIVED.timestamp() - 2 * 365 * 86400
+    arrival = RECEIVED.timestamp()
     spans = [
-        _v2_span("1" * 16, old, old + 1, segment=True),
-        _v2_span("2" * 16, old + 0.25, old + 0.5, parent="1" * 16),
+        _v2_span("1" * 16, old, old + 180, segment=True),
+        _v2_span("2" * 16, old + 100, old + 170, parent="1" * 16),
     ]
     payload = orjson.dumps({"version": 2, "items": spans})
     rows = _by_id(handle_span(payload, {"type": "span"}, ctx()).spans)
-    assert rows["1" * 16]["start_timestamp"] == RECEIVED.timestamp()
-    assert rows["2" * 16]["start_timestamp"] == RECEIVED.timestamp() + 0.25
-    assert rows["2" * 16]["duration_us"] == 250_000
+    assert rows["1" * 16]["start_timestamp"] == arrival - 180
+    assert rows["1" * 16]["duration_us"] == 180_000_000
+    assert rows["2" * 16]["start_timestamp"] == arrival - 80
+    assert rows["2" * 16]["duration_us"] == 70_000_000
+    event = {
+        "type": "transaction",
+        "start_timestamp": old,
+        "timestamp": old + 180,
+        "contexts": {"trace": {"trace_id": "ab" * 16, "span_id": "1" * 16}},
+        "spans": [{"span_id": "2" * 16, "start_timestamp": old + 100, "timestamp": old + 170}],
+    }
+    rows = _by_id(handle_transaction(orjson.dumps(event), {}, ctx()).spans)
+    assert (rows["1" * 16]["start_timestamp"], rows["1" * 16]["duration_us"]) == (
+        arrival - 180,
+        180_000_000,
+    )
+    assert (rows["2" * 16]["start_timestamp"], rows["2" * 16]["duration_us"]) == (
+        arrival - 80,
+        70_000_000,
+    )
 
 
 @pytest.mark.parametrize("where", ["event", "envelope"])
