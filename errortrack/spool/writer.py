@@ -356,6 +356,11 @@ class Writer:
         token = part_token(batch, i, i + 1)
         row = quarantine.row_bytes(entry) + b"\n"
         hooked = self._hooked(table, row, token, enclosing, entry.get("counted") is True)
+        if table in self.hooks:
+            # The hook has taken it now: if the insert below fails, the entry is kept
+            # (requeue keeps this dict) and must not be counted again by a later requeue,
+            # once the tokens that would tell are forgotten.
+            entry["counted"] = True
         if hooked:
             self.insert(table, hooked, token)
 

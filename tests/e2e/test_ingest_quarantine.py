@@ -486,6 +486,31 @@ def test_a_requeued_event_the_hook_refused_is_counted_once(state, clickhouse):
     assert sorted(e for e, _ in stored) == sorted(orjson.loads(line)["event_id"] for line in lines)
 
 
+def test_a_requeue_that_fails_after_the_hook_took_the_row_leaves_it_counted(state, clickhouse):
+    """The hook counts the mended row, then ClickHouse is down: the kept entry must say
+    so, or a requeue after the hook forgot the tokens (7 days) counts it a second time."""
+    pid = _new_project(state)
+    lines, good = _events_with(pid, 3, 3, timestamp="not a time")
+    writer = _grouped(state, clickhouse, lines)
+    [entry] = writer.quarantine.entries("events")
+    fixed = {**entry, "row": orjson.dumps(good).decode()}
+    real = writer.insert
+
+    def down(table, data, token):
+        raise OSError("ClickHouse is down")
+
+    writer.insert = down
+    with pytest.raises(OSError):
+        writer.reinsert(fixed)
+    assert fixed["counted"] is True  # what requeue keeps for the next try
+    assert _issue_counts(state) == {"KeyError: boom": 3, "ValueError: boom": 3}
+    writer.insert = real
+    _forget_tokens(state)
+    writer.reinsert(fixed)
+    assert _issue_counts(state) == {"KeyError: boom": 3, "ValueError: boom": 3}
+    assert len(_stored_events(clickhouse, pid)) == 6
+
+
 def _forget_tokens(state) -> None:
     with state.sessions.begin() as session:
         store.forget_batches_before(session, dt.datetime.now(dt.UTC) + dt.timedelta(days=1))
