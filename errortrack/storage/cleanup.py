@@ -65,12 +65,13 @@ def cleanup(
         dropped = {t: len(drops[t]) for t in tables.TABLES}
     else:
         dropped = delete_older(store, cutoff, project_id)
-        issues.remove(session, orphans)
+        gone = issues.remove(session, orphans, last_seen_before=cutoff)
         log.info(
             "cleanup before %s (project %s): removed %s, %d partitions dropped, %d issues",
-            cutoff.isoformat(), project_id or "all", removed, sum(dropped.values()), len(orphans),
+            cutoff.isoformat(), project_id or "all", removed, sum(dropped.values()), gone,
         )  # fmt: skip
-    return CleanupResult(cutoff, project_id, dry_run, removed, transactions, dropped, len(orphans))
+    count = len(orphans) if dry_run else gone
+    return CleanupResult(cutoff, project_id, dry_run, removed, transactions, dropped, count)
 
 
 def _where(table: str, project_id: int | None) -> str:

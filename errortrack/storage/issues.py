@@ -64,8 +64,15 @@ def _with_events(
     return {int(row[0]) for row in rows}
 
 
-def remove(session: Session, ids: list[int]) -> int:
+def remove(session: Session, ids: list[int], *, last_seen_before: dt.datetime) -> int:
+    """Delete these issues, but only while still last seen before ``last_seen_before``:
+    one that took a new event since ``orphaned`` found it (the writer raised its
+    last_seen) stays, or that event would sit in ClickHouse under an issue that is gone.
+    Returns how many went."""
+    removed = 0
     for start in range(0, len(ids), CHUNK):
-        session.execute(sa.delete(Issue).where(Issue.id.in_(ids[start : start + CHUNK])))
+        chunk = ids[start : start + CHUNK]
+        query = sa.delete(Issue).where(Issue.id.in_(chunk), Issue.last_seen < last_seen_before)
+        removed += session.execute(query).rowcount or 0  # type: ignore[attr-defined]
     session.flush()
-    return len(ids)
+    return removed

@@ -72,8 +72,11 @@ def run_pass(
     if disk_cap_bytes > 0:
         report.over_cap = _enforce_cap(store, remaining, disk_cap_bytes, now.date())
         report.bytes_after -= sum(p.bytes_on_disk for p in report.over_cap)
-    report.orphans = frozenset(issues.orphaned(session, store, last_seen_before=now - ISSUE_GRACE))
-    report.issues_removed = issues.remove(session, sorted(report.orphans & seen_orphans))
+    grace = now - ISSUE_GRACE
+    report.orphans = frozenset(issues.orphaned(session, store, last_seen_before=grace))
+    report.issues_removed = issues.remove(
+        session, sorted(report.orphans & seen_orphans), last_seen_before=grace
+    )
     _log(report, disk_cap_bytes)
     return report
 

@@ -182,6 +182,29 @@ def test_issues_whose_events_are_all_gone_are_removed(clickhouse, sessions, now)
         assert set(s.scalars(sa.select(Issue.fingerprint))) == {"mixed", "fresh"}
 
 
+def test_an_issue_seen_again_while_the_cleanup_runs_is_kept(clickhouse, sessions, now, monkeypatch):
+    # The writer groups a new event into an old issue between the cleanup's listing of
+    # orphans and their removal (the ClickHouse deletes take seconds in between): the
+    # issue was removed by id, and its fresh event was left under an issue that is gone.
+    (p,) = _projects(sessions, "p")
+    with db.unit_of_work(sessions) as s:
+        old = _issue(s, p, "old", now - 40 * D)
+    real = cleanup.delete_older
+
+    def while_an_event_arrives(store, cutoff, project_id):
+        with db.unit_of_work(sessions) as s:  # what the grouping hook does to it
+            s.execute(sa.update(Issue).where(Issue.id == old).values(last_seen=now))
+        rows.add_events(clickhouse, p, [now], issue_id=old)
+        return real(store, cutoff, project_id)
+
+    monkeypatch.setattr(cleanup, "delete_older", while_an_event_arrives)
+    with db.unit_of_work(sessions) as s:
+        done = cleanup.cleanup(s, clickhouse, older_than_days=30, now=now)
+    assert done.issues_removed == 0
+    with sessions() as s:
+        assert list(s.scalars(sa.select(Issue.id))) == [old]
+
+
 @pytest.mark.parametrize(("days", "project"), [(0, None), (-1, None), (36501, None), (5, 0)])
 def test_bad_arguments_are_refused_before_anything_is_deleted(
     clickhouse, sessions, now, days, project
