@@ -45,6 +45,9 @@ MAX_DELAY = dt.timedelta(minutes=15)
 MAX_ENTRIES = 10_000
 
 
+IN_FLIGHT_WAIT = dt.timedelta(seconds=1)
+
+
 @dataclasses.dataclass
 class _Entry:
     failures: int
@@ -68,8 +71,10 @@ class LoginThrottle:
             if entry and entry.blocked_until and entry.blocked_until > now:
                 self._refuse(entry.blocked_until - now)
             if entry and entry.in_flight and entry.failures + entry.in_flight >= FREE_FAILURES:
-                # Locked out if the attempts in flight fail: they must land first.
-                self._refuse(self._delay(entry.failures + entry.in_flight))
+                # Locked out if the attempts in flight fail: they must land first, which
+                # takes about one password check, so come back in a second (they may
+                # well succeed; the lockout's own delay is told once they have failed).
+                self._refuse(IN_FLIGHT_WAIT)
             (entry or self._add(email, ip, now)).in_flight += 1
 
     def failed(self, email: str, ip: str) -> None:
