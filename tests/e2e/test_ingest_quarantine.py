@@ -582,3 +582,57 @@ def test_text_postgresql_cannot_hold_is_quarantined_not_retried_forever(state, c
     assert _issue_counts(state) == {"KeyError: boom": 2, "ValueError: boom": 1}
     [entry] = writer.quarantine.entries("events")
     assert entry["id"].endswith(":events:1") and "NUL" in entry["error"]
+
+
+def test_a_table_failing_after_the_events_cannot_replay_their_counts_into_a_new_issue(
+    state, clickhouse
+):
+    """A segment's events were inserted, then its spans failed; meanwhile the issue was
+    deleted. The retry ran the events hook again as a replay, which opened a new issue
+    counting the events, whose insert ClickHouse then dropped as a repeat: an issue of
+    2 events that had none. Events now go last, so nothing after them can fail."""
+    from errortrack.issues import service
+    from errortrack.traces.transactions import handle_transaction
+
+    pid = _new_project(state)
+    events = _event_lines(pid, ["KeyError", "KeyError"])
+    t0 = 1_795_313_283.0
+    transaction = {
+        "start_timestamp": t0,
+        "timestamp": t0 + 1,
+        "contexts": {"trace": {"trace_id": "ab" * 16, "span_id": "1" * 16}},
+    }
+    ctx = ItemContext(pid, _utc(t0 + 1), 30, {})
+    spans = [
+        orjson.dumps(r) + b"\n"
+        for r in handle_transaction(orjson.dumps(transaction), {}, ctx).spans
+    ]
+    spool = _open_spool(state.settings.spool_dir)
+    spool.append({"events": b"".join(events), "spans": b"".join(spans)}, 3)
+    spool.seal()
+    real = clickhouse_insert(clickhouse)
+    failed: list[str] = []
+
+    def spans_fail_once(table, data, token):
+        if table == "spans" and not failed:
+            failed.append(token)
+            with state.sessions.begin() as session:  # someone deletes the issue meanwhile
+                for (issue_id,) in session.execute(store_ids(pid)):
+                    service.delete(session, clickhouse, project_id=pid, issue_id=issue_id)
+            raise OSError("ClickHouse is down for a moment")
+        real(table, data, token)
+
+    _drive(_hooked_writer(state, clickhouse, spool, spans_fail_once))
+    assert failed
+    stored = Counter(issue for _, issue in _stored_events(clickhouse, pid))
+    with state.engine.connect() as conn:
+        counts = dict(conn.exec_driver_sql("SELECT id, event_count FROM issues").all())
+    assert counts == dict(stored)  # every issue counts exactly the events it holds
+
+
+def store_ids(pid: int):
+    import sqlalchemy as sa
+
+    from errortrack.models import Issue
+
+    return sa.select(Issue.id).where(Issue.project_id == pid)
