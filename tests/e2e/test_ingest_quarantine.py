@@ -617,7 +617,7 @@ def test_a_table_failing_after_the_events_cannot_replay_their_counts_into_a_new_
         if table == "spans" and not failed:
             failed.append(token)
             with state.sessions.begin() as session:  # someone deletes the issue meanwhile
-                for (issue_id,) in session.execute(store_ids(pid)):
+                for (issue_id,) in session.execute(_issue_ids(pid)):
                     service.delete(session, clickhouse, project_id=pid, issue_id=issue_id)
             raise OSError("ClickHouse is down for a moment")
         real(table, data, token)
@@ -630,7 +630,7 @@ def test_a_table_failing_after_the_events_cannot_replay_their_counts_into_a_new_
     assert counts == dict(stored)  # every issue counts exactly the events it holds
 
 
-def store_ids(pid: int):
+def _issue_ids(pid: int):
     import sqlalchemy as sa
 
     from errortrack.models import Issue
