@@ -44,8 +44,10 @@ class RateLimiter:
 
     def take(self, project_id: int, items: Mapping[str, int]) -> None:
         """Charge ``items`` (category -> count) or raise 429 for the categories in debt."""
+        if self.per_second <= 0:
+            return
         wanted = {c: n for c, n in items.items() if n > 0}
-        if self.per_second <= 0 or not wanted:
+        if not wanted:
             return
         now = self.clock()
         with self._lock:
