@@ -22,9 +22,8 @@ from errortrack.state import AppState  # noqa: E402
 state: AppState | None = None
 
 
-def build(api_threads: int = API_THREADS, processes: int = 1) -> ServerApp:
-    """Builds the stores and the app; connects nothing (that happens after fork).
-    ``processes``: the number of gunicorn workers, which share the rate limit."""
+def build(api_threads: int = API_THREADS) -> ServerApp:
+    """Builds the stores and the app; connects nothing (that happens after fork)."""
     global state
     state = AppState.build(Settings.from_env())
-    return create_server_app(state=state, api_threads=api_threads, processes=processes)
+    return create_server_app(state=state, api_threads=api_threads)

@@ -341,7 +341,7 @@ def _run_gunicorn(threads: int, options: dict[str, Any]) -> None:
             # Built in the worker, after fork: nothing is opened before.
             from errortrack import asgi
 
-            return asgi.build(threads, processes=options["workers"])
+            return asgi.build(threads)
 
     _Server().run()
 

@@ -64,16 +64,13 @@ def create_server_app(
     *,
     state: AppState | None = None,
     api_threads: int = API_THREADS,
-    processes: int = 1,
 ) -> ServerApp:
-    """``processes``: how many serving processes share the rate limit (``serve``'s
-    workers); each enforces its share, as each keeps its own buckets."""
     if state is None:
         state = AppState.build(settings or Settings.from_env())
     if state.ingest is None:
         # The events hook groups each batch into issues in the writer thread.
         grouping = GroupingHook(state.sessions, store=state.clickhouse, clock=state.clock)
-        state.ingest = ingest_runtime.build(state, hooks={"events": grouping}, processes=processes)
+        state.ingest = ingest_runtime.build(state, hooks={"events": grouping})
         state.background.append(state.ingest)
     app = falcon.asgi.App()
     configure(app)

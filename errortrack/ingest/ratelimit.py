@@ -10,8 +10,11 @@ categories: a burst of logs no longer stops a project's errors, which an empty c
 list ("all") did for as long as the logs' debt lasted. A request refused after paying
 (the spool full: 503) gets its items back with ``refund``.
 
-Per process: with N gunicorn workers each keeps its own buckets, and ``serve`` gives
-each worker its share of the setting (cli.py).
+Per process: with N gunicorn workers (server mode; the embedded default runs one) each
+keeps its own buckets at the full setting. An SDK's keep-alive connection stays on one
+worker, so one client never gets less than the setting; clients spread over several
+workers can reach up to N times it (docs/INGEST.md). A shared bucket would need a
+shared store on the request path, which this limit is not worth.
 """
 
 from __future__ import annotations

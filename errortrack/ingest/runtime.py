@@ -33,10 +33,8 @@ def build(
     insert: Insert | None = None,
     hooks: Mapping[str, Hook] | None = None,
     backoff: tuple[float, float] = (0.2, 5.0),
-    processes: int = 1,
 ) -> IngestRuntime:
-    """``insert`` replaces the ClickHouse insert (tests inject failures with it);
-    ``processes`` serving processes share the rate limit, each its part."""
+    """``insert`` replaces the ClickHouse insert (tests inject failures with it)."""
     settings = state.settings
     spool = Spool(
         settings.spool_dir,
@@ -46,9 +44,7 @@ def build(
     ingest = Ingest(
         spool=spool,
         keys=KeyCache(),
-        # Buckets live in each process; connections spread over the workers, so each
-        # holding its share keeps the project's total near the setting (docs/INGEST.md).
-        limiter=RateLimiter(settings.rate_limit_per_second / processes),
+        limiter=RateLimiter(settings.rate_limit_per_second),
         sessions=state.sessions,
         clock=state.clock,
         default_retention_days=settings.retention_days,
