@@ -53,6 +53,11 @@ def _flatten(source: Mapping[str, Any], prefix: str, out: dict[str, dict[str, An
             out[name] = {"value": value, "type": kind}
 
 
+# The longest an item (a transaction and its spans) is taken to last when placing one
+# from a wrong clock; Sentry's own transaction limit is far shorter.
+MAX_SPAN_SECONDS = 86400.0
+
+
 def anchor_of(
     segment: float | None, starts: list[float], received: float, drift: float
 ) -> float | None:
@@ -81,7 +86,9 @@ def item_shift(anchor: float | None, times: list[float], received: float, drift:
         return 0.0
     if timestamps.in_window(anchor + drift, received):
         return drift
-    ends = [t for t in times if anchor <= t <= anchor + timestamps.MAX_PAST]
+    # Only ends a span can plausibly have: one garbage end (20 days after its start)
+    # would otherwise drag the whole item that far into the past.
+    ends = [t for t in times if anchor <= t <= anchor + MAX_SPAN_SECONDS]
     return received - max(ends, default=anchor)
 
 

@@ -343,6 +343,20 @@ def test_span_v2_attributes_keep_integers_beyond_64_bits():
     assert row["attr_int"] == {"n": 7}  # beyond Int64: kept as sent, not filterable as one
 
 
+def test_one_garbage_end_does_not_drag_a_wrong_clock_item_into_the_past():
+    # The item's end was the latest of its times: one span ending 20 days after its
+    # start moved every span 20 days back (past a 7-day retention at once).
+    ahead = RECEIVED.timestamp() + 365 * 86400
+    spans = [
+        _v2_span("1" * 16, ahead, ahead + 2, segment=True),
+        _v2_span("2" * 16, ahead + 0.5, ahead + 20 * 86400, parent="1" * 16),
+    ]
+    payload = orjson.dumps({"version": 2, "items": spans})
+    rows = _by_id(handle_span(payload, {"type": "span"}, ctx()).spans)
+    assert rows["1" * 16]["start_timestamp"] == RECEIVED.timestamp() - 2
+    assert rows["2" * 16]["start_timestamp"] == RECEIVED.timestamp() - 1.5
+
+
 def test_a_segment_with_a_bad_clock_moves_none_of_its_good_spans():
     # The shift came from the segment's start: at 0 it carried every child 56 years on.
     now = RECEIVED.timestamp() - 2
