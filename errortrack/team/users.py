@@ -18,7 +18,9 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 def email_key(email: str) -> str:
     """An email as accounts are stored and looked up: NFC (an "é" typed as one code point
     or as "e" plus an accent is one address, not two accounts), trimmed, lower-case."""
-    return unicodedata.normalize("NFC", email or "").strip().lower()
+    # NFC again after lower(): lower-casing can make a sequence that composes ("T" and a
+    # diaeresis become "t" and one, which NFC writes as one code point).
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", email or "").strip().lower())
 
 
 def normalise_email(email: str) -> str:

@@ -29,7 +29,8 @@ def _normalise(table: str, *, unique: bool) -> None:
     found = bind.execute(sa.select(rows.c.id, rows.c.email)).all()
     taken = {email for _, email in found}
     for row_id, email in found:
-        nfc = unicodedata.normalize("NFC", email)
+        # As team.users.email_key writes it (copied: a migration must not change with it).
+        nfc = unicodedata.normalize("NFC", unicodedata.normalize("NFC", email).strip().lower())
         if nfc == email or (unique and nfc in taken):
             continue
         bind.execute(rows.update().where(rows.c.id == row_id).values(email=nfc))

@@ -347,6 +347,7 @@ def test_the_nfc_migration_lets_accounts_made_with_decomposed_emails_log_in(tmp_
     from errortrack.auth.passwords import hash_password
     from errortrack.auth.throttle import LoginThrottle
     from errortrack.models import Invitation, User
+    from errortrack.team.users import email_key
 
     decomposed, composed = "jose\u0301@example.com", "jos\u00e9@example.com"
     now = dt.datetime.now(dt.UTC)
@@ -356,6 +357,9 @@ def test_the_nfc_migration_lets_accounts_made_with_decomposed_emails_log_in(tmp_
         with sessions.begin() as s:
             s.add(User(email=decomposed, password_hash=hash_password("a password"), role="member"))
             s.add(User(email="ann@example.com", password_hash="x", role="member"))
+            # Stored lower-cased as typed ("T" and a diaeresis); the lookup key of "T\u0308"
+            # is NFC after lower(), one code point: the migration must write that form.
+            s.add(User(email="t\u0308om@example.com", password_hash="x", role="member"))
             s.add(
                 Invitation(
                     email="zoe\u0308@example.com",
@@ -369,7 +373,8 @@ def test_the_nfc_migration_lets_accounts_made_with_decomposed_emails_log_in(tmp_
         engine, sessions = _sessions(url)
         with sessions.begin() as s:
             emails = sorted(s.scalars(sa.select(User.email)))
-            assert emails == ["ann@example.com", composed]
+            assert emails == ["ann@example.com", composed, "\u1e97om@example.com"]
+            assert email_key("T\u0308om@example.com") == "\u1e97om@example.com"
             assert list(s.scalars(sa.select(Invitation.email))) == ["zo\u00eb@example.com"]
             user, _ = login(
                 s,
