@@ -65,6 +65,9 @@ def cleanup(
         dropped = {t: len(drops[t]) for t in tables.TABLES}
     else:
         dropped = delete_older(store, cutoff, project_id)
+        # Checked again after the deletes (they take seconds): an issue that took an
+        # event meanwhile stays.
+        orphans = issues.without_events(session, store, orphans)
         gone = issues.remove(session, orphans, last_seen_before=cutoff)
         log.info(
             "cleanup before %s (project %s): removed %s, %d partitions dropped, %d issues",

@@ -48,6 +48,21 @@ def orphaned(
     return gone
 
 
+def without_events(session: Session, store: ClickHouse, ids: list[int]) -> list[int]:
+    """Of these issues, those with no event at all now. Run after a cleanup's deletes:
+    an event still under one came in meanwhile, whatever its date (an SDK's retry after
+    an outage can be dated before the cutoff, so ``last_seen`` alone does not tell)."""
+    found: list[int] = []
+    for start in range(0, len(ids), CHUNK):
+        query = sa.select(Issue.id, Issue.project_id).where(
+            Issue.id.in_(ids[start : start + CHUNK])
+        )
+        chunk = [(int(i), int(p)) for i, p in session.execute(query)]
+        alive = _with_events(store, chunk, None) if chunk else set()
+        found.extend(issue_id for issue_id, _ in chunk if issue_id not in alive)
+    return found
+
+
 def _with_events(
     store: ClickHouse, chunk: list[tuple[int, int]], since: dt.datetime | None
 ) -> set[int]:

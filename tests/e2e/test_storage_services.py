@@ -205,6 +205,29 @@ def test_an_issue_seen_again_while_the_cleanup_runs_is_kept(clickhouse, sessions
         assert list(s.scalars(sa.select(Issue.id))) == [old]
 
 
+def test_an_issue_given_an_old_dated_event_while_the_cleanup_runs_is_kept(
+    clickhouse, sessions, now, monkeypatch
+):
+    # An SDK's retry after an outage is dated before the cutoff: last_seen stays old, so
+    # only the event itself, still there after the deletes, tells that the issue is live.
+    (p,) = _projects(sessions, "p")
+    with db.unit_of_work(sessions) as s:
+        old = _issue(s, p, "old", now - 40 * D)
+    real = cleanup.delete_older
+
+    def then_a_late_event(store, cutoff, project_id):
+        dropped = real(store, cutoff, project_id)
+        rows.add_events(clickhouse, p, [now - 35 * D], issue_id=old)
+        return dropped
+
+    monkeypatch.setattr(cleanup, "delete_older", then_a_late_event)
+    with db.unit_of_work(sessions) as s:
+        done = cleanup.cleanup(s, clickhouse, older_than_days=30, now=now)
+    assert done.issues_removed == 0
+    with sessions() as s:
+        assert list(s.scalars(sa.select(Issue.id))) == [old]
+
+
 @pytest.mark.parametrize(("days", "project"), [(0, None), (-1, None), (36501, None), (5, 0)])
 def test_bad_arguments_are_refused_before_anything_is_deleted(
     clickhouse, sessions, now, days, project
