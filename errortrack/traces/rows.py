@@ -58,7 +58,29 @@ def _flatten(source: Mapping[str, Any], prefix: str, out: dict[str, dict[str, An
 MAX_SPAN_SECONDS = 86400.0
 
 
-def anchor_of(
+Times = tuple[float | None, float | None]  # a span's (start, end) as sent, finite or None
+
+
+def place_item(
+    times: list[Times], segment: int | None, received: float, drift: float
+) -> list[tuple[float, float]]:
+    """Every span's (start, end) of one item on the server's clock; ``segment`` indexes
+    the segment span's times, if the item has it.
+
+    One shift for the whole item (the clock drift, or, for an item from a wrong clock,
+    what brings its end to the arrival), so spans keep their places relative to each
+    other; a span still outside the window starts with the anchor (``_placed``).
+    """
+    starts = [start for start, _ in times if start is not None]
+    segment_start = None if segment is None else times[segment][0]
+    anchor = _anchor_of(segment_start, starts, received, drift)
+    every = [t for pair in times for t in pair if t is not None]
+    shift = _item_shift(anchor, every, received, drift)
+    fallback = received if anchor is None else anchor + shift
+    return [_placed(start, end, shift, fallback, received) for start, end in times]
+
+
+def _anchor_of(
     segment: float | None, starts: list[float], received: float, drift: float
 ) -> float | None:
     """The start an item's shift is taken from: the segment's when it is plausible, else
@@ -76,7 +98,7 @@ def anchor_of(
     return segment if segment is not None else max(starts, default=None)
 
 
-def item_shift(anchor: float | None, times: list[float], received: float, drift: float) -> float:
+def _item_shift(anchor: float | None, times: list[float], received: float, drift: float) -> float:
     """Seconds to move every span of an item by: the clock drift when its ``anchor`` is
     plausible; else (the whole item from a wrong clock) what brings the item's end, the
     latest of its ``times`` from the anchor on, to the arrival, as spans end before the
@@ -92,7 +114,7 @@ def item_shift(anchor: float | None, times: list[float], received: float, drift:
     return received - max(ends, default=anchor)
 
 
-def placed(
+def _placed(
     start: float | None, end: float | None, shift: float, anchor: float, received: float
 ) -> tuple[float, float]:
     """One span's (start, end), moved by its item's ``shift``.

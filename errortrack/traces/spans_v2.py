@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from errortrack import timestamps
 from errortrack.errors import BadRequest
 from errortrack.ingest.envelope import container_items
-from errortrack.traces.rows import anchor_of, hex_id, item_shift, placed, span_hex, span_row, text
+from errortrack.traces.rows import Times, hex_id, place_item, span_hex, span_row, text
 
 if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
@@ -33,41 +33,28 @@ def _attribute_text(attributes: dict[str, Any], name: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _anchor(spans: list[Any], received: float, drift: float) -> float | None:
-    segment = None
-    starts = []
-    for span in spans:
-        start = timestamps.finite(span.get("start_timestamp")) if isinstance(span, dict) else None
-        if start is not None:
-            starts.append(start)
-            if segment is None and span.get("is_segment") is True:
-                segment = start
-    return anchor_of(segment, starts, received, drift)
-
-
-def _times(spans: list[Any]) -> list[float]:
-    found = []
-    for span in spans:
-        if isinstance(span, dict):
-            for key in ("start_timestamp", "end_timestamp"):
-                if (ts := timestamps.finite(span.get(key))) is not None:
-                    found.append(ts)
-    return found
+def _times(span: Any) -> Times:
+    if not isinstance(span, dict):
+        return None, None  # refused by _row
+    start, end = span.get("start_timestamp"), span.get("end_timestamp")
+    return timestamps.finite(start), timestamps.finite(end)
 
 
 def rows(spans: list[Any], ctx: ItemContext) -> list[dict[str, Any]]:
-    received = ctx.received_at.timestamp()
-    anchor = _anchor(spans, received, ctx.drift)
-    # One shift for the whole item (the clock drift, or to the arrival when the SDK's
-    # clock is implausible): spans keep their places relative to each other.
-    shift = item_shift(anchor, _times(spans), received, ctx.drift)
-    placed_anchor = received if anchor is None else anchor + shift
-    return [_row(span, i, ctx, received, shift, placed_anchor) for i, span in enumerate(spans)]
+    times = [_times(span) for span in spans]
+    segment = next(
+        (
+            i
+            for i, span in enumerate(spans)
+            if times[i][0] is not None and span.get("is_segment") is True
+        ),
+        None,
+    )
+    placed = place_item(times, segment, ctx.received_at.timestamp(), ctx.drift)
+    return [_row(span, i, ctx, *placed[i]) for i, span in enumerate(spans)]
 
 
-def _row(
-    span: Any, index: int, ctx: ItemContext, received: float, shift: float, anchor: float
-) -> dict[str, Any]:
+def _row(span: Any, index: int, ctx: ItemContext, start: float, end: float) -> dict[str, Any]:
     if not isinstance(span, dict) or not hex_id(span, "trace_id") or not span_hex(span, "span_id"):
         raise BadRequest(f"span {index} needs a trace_id and a span_id")
     attributes = span.get("attributes")
@@ -76,13 +63,6 @@ def _row(
     elif not isinstance(attributes, dict):
         raise BadRequest(f"span {index}: attributes must be an object")
     is_segment = span.get("is_segment") is True
-    start, end = placed(
-        timestamps.finite(span.get("start_timestamp")),
-        timestamps.finite(span.get("end_timestamp")),
-        shift,
-        anchor,
-        received,
-    )
     name = text(span, "name")
     return span_row(
         project_id=ctx.project_id,
@@ -99,7 +79,7 @@ def _row(
         start=start,
         end=end,
         status=text(span, "status"),
-        received_at=received,
+        received_at=ctx.received_at.timestamp(),
         attributes=attributes,
         retention_days=ctx.retention_days,
     )

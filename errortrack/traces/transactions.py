@@ -14,16 +14,7 @@ import orjson
 
 from errortrack import timestamps
 from errortrack.errors import BadRequest
-from errortrack.traces.rows import (
-    anchor_of,
-    hex_id,
-    infer_attributes,
-    item_shift,
-    placed,
-    span_hex,
-    span_row,
-    text,
-)
+from errortrack.traces.rows import hex_id, infer_attributes, place_item, span_hex, span_row, text
 
 if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
@@ -56,19 +47,14 @@ def _root_context(event: dict[str, Any]) -> dict[str, Any]:
 def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
     trace = _root_context(event)
     received = ctx.received_at.timestamp()
-    first = timestamps.finite(event.get("start_timestamp"))
     children = event.get("spans")
     spans = [s for s in children if isinstance(s, dict)] if isinstance(children, list) else []
-    starts = [timestamps.finite(s.get("start_timestamp")) for s in spans]
-    # Shift every span by the same amount (the clock drift, or to the arrival when the
-    # SDK's clock is implausible), so that the spans keep their places relative to each
-    # other; a span still outside the window starts with the anchor (rows.placed).
-    anchor = anchor_of(first, [t for t in starts if t is not None], received, ctx.drift)
-    ends = [timestamps.finite(s.get("timestamp")) for s in [event, *spans]]
-    times = [t for t in [*starts, *ends] if t is not None]
-    shift = item_shift(anchor, times, received, ctx.drift)
-    fallback = received if anchor is None else anchor + shift
-    start, end = placed(first, timestamps.finite(event.get("timestamp")), shift, fallback, received)
+    # The root (the event's own times) is the segment: index 0.
+    times = [
+        (timestamps.finite(s.get("start_timestamp")), timestamps.finite(s.get("timestamp")))
+        for s in [event, *spans]
+    ]
+    (start, end), *placed = place_item(times, 0, received, ctx.drift)
     name = text(event, "transaction")
     common: dict[str, Any] = {
         "project_id": ctx.project_id,
@@ -96,26 +82,17 @@ def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
         status=text(trace, "status"),
         attributes=infer_attributes(scope, trace.get("data"), event.get("tags")),
     )
-    return [root, *(_child(s, common, scope, start, shift, received) for s in spans)]
+    children_rows = (
+        _child(s, common, scope, *times) for s, times in zip(spans, placed, strict=True)
+    )
+    return [root, *children_rows]
 
 
 def _child(
-    span: dict[str, Any],
-    common: dict[str, Any],
-    scope: dict[str, Any],
-    start: float,
-    shift: float,
-    received: float,
+    span: dict[str, Any], common: dict[str, Any], scope: dict[str, Any], begin: float, end: float
 ) -> dict[str, Any]:
     if not span_hex(span, "span_id"):
         raise BadRequest("every span of a transaction needs a span_id")
-    begin, end = placed(
-        timestamps.finite(span.get("start_timestamp")),
-        timestamps.finite(span.get("timestamp")),
-        shift,
-        start,
-        received,
-    )
     return span_row(
         **{**common, "trace_id": hex_id(span, "trace_id") or common["trace_id"]},
         span_id=span_hex(span, "span_id"),
