@@ -65,9 +65,9 @@ class Ingest:
         try:
             with self.sessions() as session:
                 return auth.load_key(session, key)
-        except (sqlalchemy.exc.DBAPIError, sqlalchemy.exc.TimeoutError):  # down; pool busy
-            # The relational store is down or busy: the SDK should come back, not log
-            # a 500 for every request whose key is not cached.
+        except (sqlalchemy.exc.DBAPIError, sqlalchemy.exc.TimeoutError):
+            # The relational store is down, or its pool busy (TimeoutError): the SDK
+            # should come back, not log a 500 for every request whose key is not cached.
             log.warning("ingest: project keys cannot be read", exc_info=True)
             raise Unavailable("project keys cannot be read now", retry_after=5) from None
 

@@ -40,27 +40,32 @@ def orphaned(
     if project_id is not None:
         query = query.where(Issue.project_id == project_id)
     candidates = [(int(i), int(p)) for i, p in session.execute(query.order_by(Issue.id))]
-    gone: list[int] = []
-    for start in range(0, len(candidates), CHUNK):
-        chunk = candidates[start : start + CHUNK]
-        alive = _with_events(store, chunk, events_since)
-        gone.extend(issue_id for issue_id, _ in chunk if issue_id not in alive)
-    return gone
+    return _eventless(store, candidates, events_since)
 
 
 def without_events(session: Session, store: ClickHouse, ids: list[int]) -> list[int]:
     """Of these issues, those with no event at all now. Run after a cleanup's deletes:
     an event still under one came in meanwhile, whatever its date (an SDK's retry after
     an outage can be dated before the cutoff, so ``last_seen`` alone does not tell)."""
-    found: list[int] = []
+    candidates: list[tuple[int, int]] = []
     for start in range(0, len(ids), CHUNK):
         query = sa.select(Issue.id, Issue.project_id).where(
             Issue.id.in_(ids[start : start + CHUNK])
         )
-        chunk = [(int(i), int(p)) for i, p in session.execute(query)]
-        alive = _with_events(store, chunk, None) if chunk else set()
-        found.extend(issue_id for issue_id, _ in chunk if issue_id not in alive)
-    return found
+        candidates.extend((int(i), int(p)) for i, p in session.execute(query))
+    return _eventless(store, candidates, None)
+
+
+def _eventless(
+    store: ClickHouse, candidates: list[tuple[int, int]], since: dt.datetime | None
+) -> list[int]:
+    """Of (issue id, project id) pairs, the ids with no event (at or after ``since``)."""
+    gone: list[int] = []
+    for start in range(0, len(candidates), CHUNK):
+        chunk = candidates[start : start + CHUNK]
+        alive = _with_events(store, chunk, since)
+        gone.extend(issue_id for issue_id, _ in chunk if issue_id not in alive)
+    return gone
 
 
 def _with_events(
