@@ -59,7 +59,11 @@ def test_a_full_disk_answers_503_and_loses_nothing_acknowledged(tmp_path):
             pid, key = create_project_in(url)
             acked: list[str] = []
             statuses: list[int] = []
-            with httpx.Client(timeout=10) as client:
+            # A new connection per request: the one kept alive idles through the sleep
+            # below, about gunicorn's keep-alive timeout (2 s), and the server may close
+            # it just as the next request goes out ("Server disconnected", 1 run in ~8).
+            no_keepalive = httpx.Limits(max_keepalive_connections=0)
+            with httpx.Client(timeout=10, limits=no_keepalive) as client:
 
                 def send(name: str) -> None:
                     status, bodies = _send(client, server.url, pid, key, name)
