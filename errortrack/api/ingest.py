@@ -84,6 +84,9 @@ class _IngestResource:
             project_id, info, raw, req.get_header("Content-Encoding"), req.content_type
         )
         await self.ingest.store(accepted)
+        if accepted.rate_limits:
+            # Items were dropped by the rate limit: SDKs read this header on a 200 too.
+            resp.set_header("X-Sentry-Rate-Limits", accepted.rate_limits)
         resp.media = accepted.response
 
     def decode(self, raw: bytes, encoding: str | None) -> bytes:

@@ -93,7 +93,9 @@ HANDLERS: dict[str, Handler] = {
 
 
 class DroppedCounter:
-    """Items accepted but not stored, by type (unknown types, types without a handler).
+    """Items accepted but not stored, by type (unknown types, types without a handler),
+    and items the rate limit dropped from an envelope otherwise stored, as
+    ``<type>:rate_limited``.
 
     Per process; exposed for logs and tests. A lock because request threads share it.
     """

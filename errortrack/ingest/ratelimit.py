@@ -1,14 +1,16 @@
 """Per-project limit on accepted items per second, answered the way SDKs understand.
 
 One token bucket per project and data category (errors, transactions, spans, logs), each
-holding at most one second's worth of the limit. A request is accepted while none of the
-buckets it needs is in debt and then pays for all its items (so one envelope larger than
-the rate still gets through once); otherwise it gets 429 with ``Retry-After`` (the
-longest wait) and ``X-Sentry-Rate-Limits`` naming each category that is over, e.g.
-``12:log_item:project:rate_limited``, as Relay answers. SDKs then hold back only those
-categories: a burst of logs no longer stops a project's errors, which an empty category
-list ("all") did for as long as the logs' debt lasted. A request refused after paying
-(the spool full: 503) gets its items back with ``refund``.
+holding at most one second's worth of the limit. ``take`` charges every category that is
+not in debt (so one envelope larger than the rate still gets through once) and returns
+the ones that are, with their waits. As Relay does, ingest then drops only the items of
+those categories: the envelope's other items are stored and its answer is a 200 naming
+the limited categories in ``X-Sentry-Rate-Limits`` (SDKs read that header on any answer,
+develop.sentry.dev "Rate Limiting"); only when nothing is left to store is it a 429 with
+``Retry-After`` (the longest wait) and the same header, e.g.
+``12:log_item:project:rate_limited``. SDKs then hold back only those categories: a burst
+of logs no longer stops a project's errors. A request refused after paying (the spool
+full: 503) gets its items back with ``refund``.
 
 Per process: with N gunicorn workers (server mode; the embedded default runs one) each
 keeps its own buckets at the full setting. An SDK's keep-alive connection stays on one
@@ -45,13 +47,14 @@ class RateLimiter:
         # (project id, category) -> (tokens, last refill time)
         self._buckets: dict[tuple[int, str], tuple[float, float]] = {}
 
-    def take(self, project_id: int, items: Mapping[str, int]) -> None:
-        """Charge ``items`` (category -> count) or raise 429 for the categories in debt."""
+    def take(self, project_id: int, items: Mapping[str, int]) -> dict[str, int]:
+        """Charge ``items`` (category -> count) for every category not in debt; return the
+        categories that are, with the seconds until each is out of debt (empty: all paid)."""
         if self.per_second <= 0:
-            return
+            return {}
         wanted = {c: n for c, n in items.items() if n > 0}
         if not wanted:
-            return
+            return {}
         now = self.clock()
         with self._lock:
             tokens = {c: self._refilled(project_id, c, now) for c in wanted}
@@ -60,20 +63,19 @@ class RateLimiter:
                 for c, left in tokens.items()
                 if left < 0
             }
-            if waits:
-                for category in waits:
-                    self._buckets[(project_id, category)] = (tokens[category], now)
-                raise RateLimited(
-                    f"project {project_id} is over its limit of {self.per_second:g} items/s "
-                    f"for {', '.join(sorted(waits))}",
-                    retry_after=max(waits.values()),
-                    sentry_limits=", ".join(
-                        f"{wait}:{category}:project:rate_limited"
-                        for category, wait in sorted(waits.items())
-                    ),
-                )
             for category, count in wanted.items():
-                self._buckets[(project_id, category)] = (tokens[category] - count, now)
+                paid = 0 if category in waits else count
+                self._buckets[(project_id, category)] = (tokens[category] - paid, now)
+        return waits
+
+    def refused(self, project_id: int, waits: Mapping[str, int]) -> RateLimited:
+        """The 429 for a request all of whose items are in categories over the limit."""
+        return RateLimited(
+            f"project {project_id} is over its limit of {self.per_second:g} items/s "
+            f"for {', '.join(sorted(waits))}",
+            retry_after=max(waits.values()),
+            sentry_limits=header(waits),
+        )
 
     def refund(self, project_id: int, items: Mapping[str, int]) -> None:
         """Give back what ``take`` charged for a request that was then refused."""
@@ -90,3 +92,10 @@ class RateLimiter:
     def _refilled(self, project_id: int, category: str, now: float) -> float:
         tokens, last = self._buckets.get((project_id, category), (self.per_second, now))
         return min(self.per_second, tokens + (now - last) * self.per_second)
+
+
+def header(waits: Mapping[str, int]) -> str:
+    """``X-Sentry-Rate-Limits`` for the categories in ``waits`` (category -> seconds)."""
+    return ", ".join(
+        f"{wait}:{category}:project:rate_limited" for category, wait in sorted(waits.items())
+    )

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from errortrack import timestamps
 from errortrack.errors import BadRequest, Unavailable
-from errortrack.ingest import auth, envelope, items
+from errortrack.ingest import auth, envelope, items, ratelimit
 from errortrack.ingest.ratelimit import CATEGORIES, RateLimiter
 from errortrack.spool.segments import Spool
 
@@ -43,7 +43,10 @@ class Accepted:
     project_id: int = 0
     # Items taken from the project's rate limit, by data category (ratelimit.CATEGORIES).
     charged: dict[str, int] = dataclasses.field(default_factory=dict)
-    dropped: list[str] = dataclasses.field(default_factory=list)  # types without a handler
+    # Types without a handler, and "<type>:rate_limited" for items the rate limit dropped.
+    dropped: list[str] = dataclasses.field(default_factory=list)
+    # X-Sentry-Rate-Limits for a 200 whose envelope lost items to the rate limit, else "".
+    rate_limits: str = ""
 
 
 @dataclasses.dataclass
@@ -121,46 +124,61 @@ def _accept(
     header: dict[str, Any] | None = None,
 ) -> Accepted:
     header = ctx.envelope_header if header is None else header
+    made: list[tuple[str, items.ItemRows, tuple[str, int] | None]] = []
+    charges: dict[str, int] = {}
+    for kind, item_header, payload in parts:
+        rows = items.dispatch(kind, payload, item_header, ctx)
+        charge = _charge(kind, rows)
+        if charge is not None:
+            charges[charge[0]] = charges.get(charge[0], 0) + charge[1]
+        made.append((kind, rows, charge))
+    waits = ingest.limiter.take(ctx.project_id, charges)
+    dropped: list[str] = []
+    if waits:
+        # As Relay: only the limited categories' items go; the rest is stored and the 200
+        # names what was limited. Nothing left to store is a 429 (which counts nothing).
+        kept = [m for m in made if m[2] is None or m[2][0] not in waits]
+        if not any(charge is not None for _, _, charge in kept):
+            raise ingest.limiter.refused(ctx.project_id, waits)
+        dropped = [
+            f"{kind}:rate_limited" for kind, _, charge in made if charge and charge[0] in waits
+        ]
+        made = kept
+        charges = {c: n for c, n in charges.items() if c not in waits}
     tables: dict[str, list[dict[str, Any]]] = {"events": [], "spans": []}
     log_lines: list[bytes] = []
     event_id: str | None = None
-    dropped: list[str] = []
-    charges: dict[str, int] = {}
     count = 0
-    for kind, item_header, payload in parts:
-        rows = items.dispatch(kind, payload, item_header, ctx)
+    for kind, rows, _ in made:
         if rows.dropped is not None:
             dropped.append(rows.dropped)
         log_lines.append(rows.log_lines)
         tables["events"] += rows.events
         tables["spans"] += rows.spans
         count += rows.count()
-        for category, items_of in _charges(kind, rows):
-            charges[category] = charges.get(category, 0) + items_of
         if event_id is None:
             event_id = rows.event_id or (header.get("event_id") if kind in EVENT_TYPES else None)
-    ingest.limiter.take(ctx.project_id, charges)
     encoded = {"logs": b"".join(log_lines)} if count else {}
     for name, rows_of in tables.items():
         if rows_of:
             encoded[name] = b"".join([orjson.dumps(r, option=_NEWLINE) for r in rows_of])
     response = {"id": event_id} if isinstance(event_id, str) and event_id else {}
-    return Accepted(response, encoded, count, ctx.project_id, charges, dropped)
+    limits = ratelimit.header(waits) if waits else ""
+    return Accepted(response, encoded, count, ctx.project_id, charges, dropped, limits)
 
 
-def _charges(kind: str, rows: items.ItemRows) -> list[tuple[str, int]]:
-    """What an item costs, by the data category SDKs back off from: a log line, an error
-    event and a streamed span are one item each; a transaction is one however many spans
-    it holds, as Sentry counts it. Items without a handler are dropped: nothing to charge."""
-    found = []
+def _charge(kind: str, rows: items.ItemRows) -> tuple[str, int] | None:
+    """What an item costs, in the one data category SDKs back off from for it: a log line,
+    an error event and a streamed span are one item each; a transaction is one however
+    many spans it holds, as Sentry counts it. Items without a handler (and items with no
+    rows) are dropped anyway: nothing to charge. Each handler makes one kind of row."""
     if rows.log_count:
-        found.append((CATEGORIES["log"], rows.log_count))
+        return CATEGORIES["log"], rows.log_count
     if rows.events:
-        found.append((CATEGORIES["event"], len(rows.events)))
+        return CATEGORIES["event"], len(rows.events)
     if rows.spans:
         # A transaction sent as a plain event (old SDKs, /store/) is a transaction too.
         if kind == "span":
-            found.append((CATEGORIES["span"], len(rows.spans)))
-        else:
-            found.append((CATEGORIES["transaction"], 1))
-    return found
+            return CATEGORIES["span"], len(rows.spans)
+        return CATEGORIES["transaction"], 1
+    return None

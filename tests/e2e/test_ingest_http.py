@@ -629,6 +629,8 @@ def test_rate_limit_answers_429_with_sentry_headers(state, project, clickhouse):
 def test_a_burst_of_logs_over_the_limit_does_not_stop_errors(state, project, clickhouse):
     # One bucket for every item, answered "all categories", made SDKs stop sending a
     # project's errors for as long as a logs burst's debt lasted (199 s for this one).
+    # And an envelope holding an error beside logs over the limit was refused whole, so
+    # the error was lost: now only the logs go, as Relay drops only limited items.
     import dataclasses
 
     from errortrack.state import AppState
@@ -645,6 +647,40 @@ def test_a_burst_of_logs_over_the_limit_does_not_stop_errors(state, project, cli
     event = b'{"event_id":"' + b"c" * 32 + b'"}\n{"type":"event"}\n{"message":"still here"}\n'
     resp = _post(client, pid, event, sentry_auth(key))
     assert resp.status_code == 200 and resp.json == {"id": "c" * 32}
+    assert "X-Sentry-Rate-Limits" not in resp.headers
+
+    before = DROPPED.snapshot()
+    session = b'{"type":"session"}\n{"sid":"x"}\n'
+    mixed = (
+        b'{"event_id":"'
+        + b"d" * 32
+        + b'"}\n{"type":"event"}\n{"message":"beside logs"}\n'
+        + log_envelope([_log("limited")]).split(b"\n", 1)[1]
+        + session
+    )
+    resp = _post(client, pid, mixed, sentry_auth(key))
+    assert resp.status_code == 200, resp.text
+    assert resp.json == {"id": "d" * 32}
+    assert resp.headers["X-Sentry-Rate-Limits"] == "199:log_item:project:rate_limited"
+    exposed = resp.headers["Access-Control-Expose-Headers"]
+    assert "x-sentry-rate-limits" in exposed
+    after = DROPPED.snapshot()
+    assert after.get("log:rate_limited", 0) == before.get("log:rate_limited", 0) + 1
+    assert after.get("session", 0) == before.get("session", 0) + 1
+
+    # Logs and an item that is dropped anyway: nothing to store, a 429 counting nothing.
+    only_logs = log_envelope([_log("limited too")]) + session
+    _error(_post(client, pid, only_logs, sentry_auth(key)), 429, "rate_limited")
+    assert DROPPED.snapshot() == after
+
+    st.ingest.writer.drain()
+    stored = clickhouse.query_rows(
+        "SELECT event_id FROM events WHERE project_id = {p:UInt64} ORDER BY event_id",
+        parameters={"p": pid},
+    )
+    assert [r[0].hex for r in stored] == ["c" * 32, "d" * 32]
+    bodies = {r[0] for r in _logs(clickhouse, pid)}
+    assert len(bodies) == 2000 and not bodies & {"more", "limited", "limited too"}
     st.ingest.writer.spool.close()
 
 

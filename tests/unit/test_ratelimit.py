@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
-from errortrack.errors import RateLimited
-from errortrack.ingest.ratelimit import RateLimiter
+from errortrack.ingest.ratelimit import RateLimiter, header
 
 LOGS = "log_item"
 ERRORS = "error;default"
@@ -14,59 +11,57 @@ ERRORS = "error;default"
 def test_off_by_default():
     limiter = RateLimiter(0, clock=lambda: 0.0)
     for _ in range(1000):
-        limiter.take(1, {LOGS: 1000})
+        assert limiter.take(1, {LOGS: 1000}) == {}
 
 
 def test_limit_per_project_refills_with_time():
     now = [100.0]
     limiter = RateLimiter(10, clock=lambda: now[0])
-    limiter.take(1, {LOGS: 10})  # one second's worth
-    limiter.take(1, {LOGS: 1})  # the bucket may go into debt once...
-    with pytest.raises(RateLimited) as info:
-        limiter.take(1, {LOGS: 1})  # ...but not take more while in debt
-    assert info.value.status == 429
-    assert info.value.headers() == {
+    assert limiter.take(1, {LOGS: 10}) == {}  # one second's worth
+    assert limiter.take(1, {LOGS: 1}) == {}  # the bucket may go into debt once...
+    waits = limiter.take(1, {LOGS: 1})  # ...but not take more while in debt
+    assert waits == {LOGS: 1}
+    refused = limiter.refused(1, waits)
+    assert refused.status == 429
+    assert refused.headers() == {
         "Retry-After": "1",
         "X-Sentry-Rate-Limits": "1:log_item:project:rate_limited",
     }
-    limiter.take(2, {LOGS: 5})  # another project has its own bucket
+    assert limiter.take(2, {LOGS: 5}) == {}  # another project has its own bucket
     now[0] += 0.5
-    limiter.take(1, {LOGS: 3})  # half a second refilled 5 tokens
+    assert limiter.take(1, {LOGS: 3}) == {}  # half a second refilled 5 tokens
     now[0] += 10
-    limiter.take(1, {LOGS: 10})  # refill is capped at one second's worth, then debt again
+    assert limiter.take(1, {LOGS: 10}) == {}  # refill capped at one second's worth...
+    assert limiter.take(1, {LOGS: 1}) == {}  # ...then debt again
+    assert limiter.take(1, {LOGS: 1}) == {LOGS: 1}
 
 
 def test_one_envelope_larger_than_the_rate_gets_through_once():
     now = [0.0]
     limiter = RateLimiter(10, clock=lambda: now[0])
-    limiter.take(1, {LOGS: 150})
-    with pytest.raises(RateLimited) as info:
-        limiter.take(1, {LOGS: 1})
-    assert info.value.retry_after == 14  # 140 items of debt at 10/s
+    assert limiter.take(1, {LOGS: 150}) == {}
+    assert limiter.take(1, {LOGS: 1}) == {LOGS: 14}  # 140 items of debt at 10/s
 
 
-def test_a_burst_of_logs_does_not_stop_errors():
+def test_a_category_in_debt_is_not_charged_and_the_others_are():
     # One bucket for everything, answered with no categories ("all"), made SDKs drop a
     # project's errors for as long as a burst of logs was in debt.
-    limiter = RateLimiter(10, clock=lambda: 0.0)
-    limiter.take(1, {LOGS: 2000})
-    limiter.take(1, {ERRORS: 1})  # errors have their own bucket
-    with pytest.raises(RateLimited) as info:
-        limiter.take(1, {LOGS: 1, ERRORS: 1})  # an envelope needing both: the logs are over
-    assert info.value.headers() == {
-        "Retry-After": "199",
-        "X-Sentry-Rate-Limits": "199:log_item:project:rate_limited",
-    }
-    limiter.take(1, {ERRORS: 9})
-    limiter.take(1, {ERRORS: 5})  # into debt
-    with pytest.raises(RateLimited) as info:
-        limiter.take(1, {LOGS: 1, ERRORS: 1})
-    assert info.value.headers() == {
-        "Retry-After": "199",
-        "X-Sentry-Rate-Limits": (
-            "1:error;default:project:rate_limited, 199:log_item:project:rate_limited"
-        ),
-    }
+    now = [0.0]
+    limiter = RateLimiter(10, clock=lambda: now[0])
+    assert limiter.take(1, {LOGS: 2000}) == {}
+    assert limiter.take(1, {ERRORS: 1}) == {}  # errors have their own bucket
+    assert limiter.take(1, {LOGS: 1, ERRORS: 1}) == {LOGS: 199}  # the errors were paid
+    assert limiter.take(1, {ERRORS: 8}) == {}  # 10 paid in all: the bucket is empty
+    assert limiter.take(1, {ERRORS: 5}) == {}  # into debt
+    waits = limiter.take(1, {LOGS: 1, ERRORS: 1})
+    assert waits == {LOGS: 199, ERRORS: 1}
+    assert (
+        header(waits) == "1:error;default:project:rate_limited, 199:log_item:project:rate_limited"
+    )
+    assert limiter.refused(1, waits).headers()["Retry-After"] == "199"
+    # A refused category paid nothing: its debt is what it was.
+    now[0] += 199
+    assert limiter.take(1, {LOGS: 1}) == {}
 
 
 def test_the_header_is_what_sentry_sdk_reads_as_those_categories():
@@ -74,9 +69,8 @@ def test_the_header_is_what_sentry_sdk_reads_as_those_categories():
 
     limiter = RateLimiter(10, clock=lambda: 0.0)
     limiter.take(1, {LOGS: 30, ERRORS: 25})
-    with pytest.raises(RateLimited) as info:
-        limiter.take(1, {LOGS: 1, ERRORS: 1})
-    parsed = dict(_parse_rate_limits(info.value.headers()["X-Sentry-Rate-Limits"], now=None))
+    waits = limiter.take(1, {LOGS: 1, ERRORS: 1})
+    parsed = dict(_parse_rate_limits(header(waits), now=None))
     assert set(parsed) == {"log_item", "error", "default"} and None not in parsed
 
 
@@ -85,10 +79,8 @@ def test_a_refund_gives_back_what_a_refused_request_took():
     limiter.take(1, {LOGS: 10})
     limiter.take(1, {LOGS: 5})  # in debt now...
     limiter.refund(1, {LOGS: 5})  # ...until that request turns out refused
-    limiter.take(1, {LOGS: 1})
-    with pytest.raises(RateLimited):
-        limiter.take(1, {LOGS: 1})
+    assert limiter.take(1, {LOGS: 1}) == {}
+    assert limiter.take(1, {LOGS: 1}) == {LOGS: 1}
     limiter.refund(1, {LOGS: 100})  # never more than a full bucket
-    limiter.take(1, {LOGS: 11})
-    with pytest.raises(RateLimited):
-        limiter.take(1, {LOGS: 1})
+    assert limiter.take(1, {LOGS: 11}) == {}
+    assert limiter.take(1, {LOGS: 1}) == {LOGS: 1}
