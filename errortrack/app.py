@@ -76,6 +76,8 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     app.add_route("/api/projects/{project_id:int}", projects.ProjectItem(state))
     app.add_route("/api/projects/{project_id:int}/members", projects.Members())
     app.add_route("/api/projects/{project_id:int}/members/{user_id:int}", projects.Member())
+    app.add_route("/api/projects/{project_id:int}/keys", projects.Keys(state))
+    app.add_route("/api/projects/{project_id:int}/keys/{key_id:int}", projects.KeyItem(state))
     app.add_route("/api/tokens", tokens.Tokens(state))
     app.add_route("/api/tokens/{token_id:int}", tokens.TokenItem())
 

@@ -66,6 +66,8 @@ class ProjectKey(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     project_id: Mapped[int] = mapped_column(sa.ForeignKey("projects.id", ondelete="CASCADE"))
     public_key: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    # What the key is for ("web", "rotated after a leak"), as Sentry's key names.
+    label: Mapped[str | None] = mapped_column(sa.String(200), default=None)
     is_active: Mapped[bool] = mapped_column(default=True)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
 

@@ -83,6 +83,14 @@ def _fresh_member(world: World) -> int:
     return user_id
 
 
+def _key_id(world: World) -> int:
+    """A fresh ingest key of ``world.project_id`` (rows that change or delete it)."""
+    from errortrack.projects.keys import create_key
+
+    with db.unit_of_work(world.factory) as s:
+        return int(create_key(s, world.project_id, label="matrix").id)
+
+
 def _token_id(world: World, owner: str) -> int:
     """A new token of ``owner`` (the primary user's for callers without an account)."""
     user = owner if owner in world.users else "primary"
@@ -238,6 +246,35 @@ ROWS: list[Row] = [
         f"DELETE {P}/members/{{user_id}}",
         "401 401 204 204 404 403 403 204",
         lambda w, c: ("DELETE", f"/api/projects/{w.project_id}/members/{_fresh_member(w)}", None),
+    ),
+    Row(
+        f"GET {P}/keys",
+        "401 401 200 200 404 200 200 200",
+        lambda w, c: ("GET", f"/api/projects/{w.project_id}/keys", None),
+    ),
+    Row(
+        f"POST {P}/keys",
+        "401 401 201 201 404 403 403 201",
+        lambda w, c: ("POST", f"/api/projects/{w.project_id}/keys", {"label": "web"}),
+    ),
+    Row(
+        f"GET {P}/keys/{{key_id}}",
+        "401 401 200 200 404 200 200 200",
+        lambda w, c: ("GET", f"/api/projects/{w.project_id}/keys/{_key_id(w)}", None),
+    ),
+    Row(
+        f"PATCH {P}/keys/{{key_id}}",
+        "401 401 200 200 404 403 403 200",
+        lambda w, c: (
+            "PATCH",
+            f"/api/projects/{w.project_id}/keys/{_key_id(w)}",
+            {"is_active": False},
+        ),
+    ),
+    Row(
+        f"DELETE {P}/keys/{{key_id}}",
+        "401 401 204 204 404 403 403 204",
+        lambda w, c: ("DELETE", f"/api/projects/{w.project_id}/keys/{_key_id(w)}", None),
     ),
     Row(
         "GET /api/tokens",

@@ -1,4 +1,4 @@
-"""Projects the caller can access, and their members."""
+"""Projects the caller can access, their members and their ingest keys."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from errortrack.api.auth import principal
 from errortrack.api.middleware import session
 from errortrack.api.schemas import api_doc, load
 from errortrack.api.schemas.access import (
+    KeyIn,
+    KeyOut,
+    KeyPatchIn,
     MemberOut,
     MemberPutIn,
     MemberRoleIn,
@@ -17,7 +20,7 @@ from errortrack.api.schemas.access import (
 )
 from errortrack.auth.permissions import project_role, require_project
 from errortrack.models import User
-from errortrack.projects import manage, members
+from errortrack.projects import keys, manage, members
 from errortrack.projects.service import create_project
 from errortrack.state import AppState
 
@@ -130,4 +133,73 @@ class Member:
     ) -> None:
         require_project(session(req), principal(req), project_id, "admin")
         members.remove_member(session(req), project_id=project_id, user_id=user_id)
+        resp.status = falcon.HTTP_204
+
+
+class Keys:
+    def __init__(self, state: AppState) -> None:
+        self._public_url = state.settings.public_url
+
+    @api_doc(
+        "A project's ingest keys with their DSNs", response=KeyOut, many=True, tags=("projects",)
+    )
+    def on_get(self, req: falcon.Request, resp: falcon.Response, project_id: int) -> None:
+        require_project(session(req), principal(req), project_id, "read")
+        found = keys.list_keys(session(req), project_id)
+        resp.media = KeyOut(many=True).dump(
+            [keys.record(k, public_url=self._public_url) for k in found]
+        )
+
+    @api_doc(
+        "Create an ingest key, a new DSN (project admin)",
+        request=KeyIn,
+        response=KeyOut,
+        status=201,
+        tags=("projects",),
+    )
+    def on_post(self, req: falcon.Request, resp: falcon.Response, project_id: int) -> None:
+        require_project(session(req), principal(req), project_id, "admin")
+        body = load(req, KeyIn)
+        key = keys.create_key(session(req), project_id, label=body.get("label"))
+        resp.media = KeyOut().dump(keys.record(key, public_url=self._public_url))
+        resp.status = falcon.HTTP_201
+
+
+class KeyItem:
+    def __init__(self, state: AppState) -> None:
+        self._public_url = state.settings.public_url
+
+    @api_doc("One ingest key", response=KeyOut, tags=("projects",))
+    def on_get(
+        self, req: falcon.Request, resp: falcon.Response, project_id: int, key_id: int
+    ) -> None:
+        require_project(session(req), principal(req), project_id, "read")
+        key = keys.get_key(session(req), project_id, key_id)
+        resp.media = KeyOut().dump(keys.record(key, public_url=self._public_url))
+
+    @api_doc(
+        "Disable, enable or relabel an ingest key (project admin); ingest refuses a "
+        "disabled key within 10 s",
+        request=KeyPatchIn,
+        response=KeyOut,
+        tags=("projects",),
+    )
+    def on_patch(
+        self, req: falcon.Request, resp: falcon.Response, project_id: int, key_id: int
+    ) -> None:
+        require_project(session(req), principal(req), project_id, "admin")
+        body = load(req, KeyPatchIn)
+        key = keys.update_key(session(req), keys.get_key(session(req), project_id, key_id), body)
+        resp.media = KeyOut().dump(keys.record(key, public_url=self._public_url))
+
+    @api_doc(
+        "Delete an ingest key (project admin); ingest refuses it within 10 s",
+        status=204,
+        tags=("projects",),
+    )
+    def on_delete(
+        self, req: falcon.Request, resp: falcon.Response, project_id: int, key_id: int
+    ) -> None:
+        require_project(session(req), principal(req), project_id, "admin")
+        keys.delete_key(session(req), keys.get_key(session(req), project_id, key_id))
         resp.status = falcon.HTTP_204

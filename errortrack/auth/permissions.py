@@ -8,10 +8,11 @@ verified token or user), then asks one of these functions before it touches data
     ``action`` is one of
 
     - ``"read"``: project role ``viewer`` or above -- read issues, events, logs, traces,
-      spans, project details and its member list;
+      spans, project details, its member list and its ingest keys;
     - ``"write"``: ``editor`` or above -- resolve, mute and delete issues, update the
       project (name, retention);
-    - ``"admin"``: project ``admin`` -- delete the project, add, change and remove members.
+    - ``"admin"``: project ``admin`` -- delete the project, add, change and remove members,
+      create, disable and delete ingest keys.
 
     Global admins pass every action on every project without being members. Anyone else
     needs a membership row. Outcomes, in this order:

@@ -204,7 +204,7 @@ def test_the_autoincrement_migration_keeps_projects_and_what_hangs_off_them(tmp_
         relational.upgrade(url, "0002")
         engine, sessions = _sessions(url)
         with sessions.begin() as s:
-            ids = [create_project(s, name=f"p{i}").id for i in range(3)]
+            ids = [_old_project(s, f"p{i}") for i in range(3)]
         engine.dispose()
         relational.upgrade(url)
         engine, sessions = _sessions(url)
@@ -222,6 +222,25 @@ def test_the_autoincrement_migration_keeps_projects_and_what_hangs_off_them(tmp_
         engine.dispose()
         relational.downgrade(url, "0002")
         relational.upgrade(url)
+
+
+def _old_project(session, name):
+    """A project and its key as the schema before 0007 holds them: the ORM's models
+    follow the newest schema (a key's ``label`` came with 0007)."""
+    project_id = session.execute(
+        sa.text(
+            "INSERT INTO projects (name, created_at) VALUES (:n, CURRENT_TIMESTAMP) RETURNING id"
+        ),
+        {"n": name},
+    ).scalar_one()
+    session.execute(
+        sa.text(
+            "INSERT INTO project_keys (project_id, public_key, is_active, created_at)"
+            " VALUES (:p, :k, :a, CURRENT_TIMESTAMP)"
+        ),
+        {"p": project_id, "k": f"{project_id:032x}", "a": True},
+    )
+    return project_id
 
 
 def _issue(session, project_id, fingerprint, **kw):
@@ -262,13 +281,12 @@ def test_a_deleted_issues_id_is_never_given_again(tmp_path):
 
 def test_the_issues_autoincrement_migration_keeps_issues_and_their_constraints(tmp_path):
     from errortrack.models import Issue
-    from errortrack.projects.service import create_project
 
     with scratch_database(tmp_path) as url:
         relational.upgrade(url, "0003")
         engine, sessions = _sessions(url)
         with sessions.begin() as s:
-            project = create_project(s, name="p").id
+            project = _old_project(s, "p")
             ids = [_issue(s, project, f"f{i}", status="muted", event_count=i) for i in range(3)]
         engine.dispose()
         relational.upgrade(url)

@@ -103,6 +103,33 @@ class ProjectOut(Schema):
     role = fields.Str(required=True, metadata={"description": "The caller's effective role"})
 
 
+class _JSONBool(fields.Boolean):
+    """true or false only: marshmallow also reads 1, "yes", "off", ... as booleans."""
+
+    def _deserialize(self, value: object, attr: str | None, data: object, **kwargs: object) -> bool:
+        if not isinstance(value, bool):
+            raise self.make_error("invalid")
+        return value
+
+
+class KeyIn(Schema):
+    label = fields.Str(allow_none=True, metadata={"description": "What the key is for"})
+
+
+class KeyPatchIn(Schema):
+    label = fields.Str(allow_none=True)
+    is_active = _JSONBool(metadata={"description": "false: ingest refuses the key (403)"})
+
+
+class KeyOut(Schema):
+    id = fields.Int(required=True)
+    label = fields.Str(allow_none=True)
+    public_key = fields.Str(required=True)
+    dsn = fields.Str(required=True, metadata={"description": "DSN for Sentry SDKs"})
+    is_active = fields.Bool(required=True)
+    created_at = fields.DateTime(required=True)
+
+
 class MemberPutIn(Schema):
     user_id = fields.Int(required=True, strict=True, validate=validate.Range(min=1, max=MAX_ID))
     role = fields.Str(required=True, validate=_project_role)
