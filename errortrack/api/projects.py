@@ -189,7 +189,7 @@ class KeyItem:
     ) -> None:
         require_project(session(req), principal(req), project_id, "admin")
         body = load(req, KeyPatchIn)
-        key = keys.update_key(session(req), keys.get_key(session(req), project_id, key_id), body)
+        key = keys.update_key(session(req), project_id, key_id, body)
         resp.media = KeyOut().dump(keys.record(key, public_url=self._public_url))
 
     @api_doc(
@@ -201,5 +201,5 @@ class KeyItem:
         self, req: falcon.Request, resp: falcon.Response, project_id: int, key_id: int
     ) -> None:
         require_project(session(req), principal(req), project_id, "admin")
-        keys.delete_key(session(req), keys.get_key(session(req), project_id, key_id))
+        keys.delete_key(session(req), project_id, key_id)
         resp.status = falcon.HTTP_204

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from errortrack.errors import NotFound, ValidationError
-from errortrack.models import ProjectKey
+from errortrack.models import Project, ProjectKey
 from errortrack.projects.service import dsn, new_public_key
 
 MAX_LABEL = 200
@@ -43,8 +43,15 @@ def list_keys(session: Session, project_id: int) -> list[ProjectKey]:
 
 def create_key(session: Session, project_id: int, *, label: str | None = None) -> ProjectKey:
     key = ProjectKey(project_id=project_id, public_key=new_public_key(), label=_label(label))
-    session.add(key)
-    session.flush()
+    try:
+        with session.begin_nested():  # a savepoint, so the session stays usable after
+            session.add(key)
+    except sa.exc.IntegrityError:
+        # The project was deleted since the caller's permission check (a foreign key
+        # violation): as for any project that does not exist.
+        if session.get(Project, project_id) is None:
+            raise NotFound("project not found") from None
+        raise
     return key
 
 
@@ -56,18 +63,42 @@ def get_key(session: Session, project_id: int, key_id: int) -> ProjectKey:
     return key
 
 
-def update_key(session: Session, key: ProjectKey, changes: dict[str, Any]) -> ProjectKey:
+def update_key(
+    session: Session, project_id: int, key_id: int, changes: dict[str, Any]
+) -> ProjectKey:
+    values: dict[str, Any] = {}
     if "label" in changes:
-        key.label = _label(changes["label"])
+        values["label"] = _label(changes["label"])
     if "is_active" in changes:
-        key.is_active = bool(changes["is_active"])
-    session.flush()
-    return key
+        values["is_active"] = bool(changes["is_active"])
+    if values:
+        # One statement, its row count read: a key deleted by a concurrent request is a
+        # 404, where an ORM flush of the loaded object failed with StaleDataError (500).
+        done = session.execute(
+            sa.update(ProjectKey).where(*_this(project_id, key_id)).values(**values),
+            execution_options={"synchronize_session": False},
+        )
+        if _count(done) == 0:
+            raise NotFound("key not found")
+        session.expire_all()
+    return get_key(session, project_id, key_id)
 
 
-def delete_key(session: Session, key: ProjectKey) -> None:
-    session.delete(key)
-    session.flush()
+def delete_key(session: Session, project_id: int, key_id: int) -> None:
+    done = session.execute(
+        sa.delete(ProjectKey).where(*_this(project_id, key_id)),
+        execution_options={"synchronize_session": False},
+    )
+    if _count(done) == 0:
+        raise NotFound("key not found")
+
+
+def _this(project_id: int, key_id: int) -> tuple[sa.ColumnElement[bool], ...]:
+    return ProjectKey.id == key_id, ProjectKey.project_id == project_id
+
+
+def _count(result: Any) -> int:
+    return int(result.rowcount)
 
 
 def _label(label: str | None) -> str | None:

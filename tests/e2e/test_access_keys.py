@@ -123,3 +123,90 @@ def test_bad_key_input_is_400_and_changes_nothing(world, method, body, field):
     assert resp.status_code == 400, resp.text
     assert resp.json["error"]["field"] == field
     assert _keys(world) == before
+
+
+@pytest.mark.parametrize("change", ["patch", "delete"])
+def test_a_key_deleted_while_it_is_changed_is_404(world, state, change):
+    """PATCH or DELETE of a key whose DELETE is committing: the ORM's flush of the loaded
+    key matched no row and raised StaleDataError (a 500)."""
+    import threading
+    import time
+
+    from errortrack import db
+    from errortrack.errors import NotFound
+    from errortrack.projects import keys
+
+    pid = world.project_id
+    with db.unit_of_work(state.sessions) as s:
+        key_id = keys.create_key(s, pid).id
+    deleted = threading.Event()
+    outcome: list[object] = []
+
+    def delete():
+        with db.unit_of_work(state.sessions) as s:
+            keys.delete_key(s, pid, key_id)
+            deleted.set()
+            time.sleep(0.5)  # the request commits a moment later
+
+    def other():
+        with db.unit_of_work(state.sessions) as s:
+            keys.get_key(s, pid, key_id)  # the request found the key...
+            deleted.wait(timeout=10)
+            try:
+                if change == "patch":  # ...and changes it as it goes
+                    keys.update_key(s, pid, key_id, {"is_active": False})
+                else:
+                    keys.delete_key(s, pid, key_id)
+                outcome.append("done")
+            except NotFound as e:
+                outcome.append((e.status, e.message))
+            except Exception as e:
+                outcome.append(type(e).__name__)
+
+    threads = [threading.Thread(target=f) for f in (other, delete)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert outcome == [(404, "key not found")]
+    assert key_id not in [k["id"] for k in _keys(world)]
+
+
+def test_a_key_made_for_a_project_being_deleted_is_404(world, state):
+    import threading
+    import time
+
+    from errortrack import db
+    from errortrack.errors import NotFound
+    from errortrack.models import Project
+    from errortrack.projects import keys
+    from errortrack.projects.manage import delete_project
+
+    pid = world.add_project()
+    deleted = threading.Event()
+    outcome: list[object] = []
+
+    def remove():
+        with db.unit_of_work(state.sessions) as s:
+            delete_project(s, s.get(Project, pid))
+            deleted.set()
+            time.sleep(0.5)
+
+    def create():
+        with db.unit_of_work(state.sessions) as s:
+            assert s.get(Project, pid) is not None  # the permission check passed
+            deleted.wait(timeout=10)
+            try:
+                keys.create_key(s, pid, label="late")
+                outcome.append("made")
+            except NotFound as e:
+                outcome.append((e.status, e.message))
+            except Exception as e:
+                outcome.append(type(e).__name__)
+
+    threads = [threading.Thread(target=f) for f in (create, remove)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert outcome == [(404, "project not found")]
