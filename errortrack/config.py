@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -162,6 +162,14 @@ def _clickhouse_url(raw: str) -> str:
             raise ValueError("expected chdb:///<absolute dir>")
     elif parts.scheme not in {"http", "https"} or not parts.hostname:
         raise ValueError("expected chdb:///<dir> or http(s)://user:pass@host:8123/db")
+    # The database (the path of a server URL, or ?database=) goes into DDL between
+    # backticks: a name with a backtick, a quote or a "/" broke every statement.
+    names = parse_qs(parts.query).get("database", [])
+    if parts.scheme != "chdb":
+        names.append(parts.path.strip("/"))
+    for name in names:
+        if name and not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+            raise ValueError("expected a database name of letters, digits, '_' and '-'")
     return _normalised(raw, parts)
 
 
@@ -184,6 +192,14 @@ def _url(raw: str) -> str:
     return _normalised(raw, parts).rstrip("/")
 
 
+def _data_dir(raw: str) -> Path:
+    # Path("") is the current directory: an empty value (a template's unfilled variable)
+    # spread the stores and the spool over wherever the server was started.
+    if not raw.strip():
+        raise ValueError("expected a directory (leave the variable unset for ./data)")
+    return Path(raw)
+
+
 def _log_level(raw: str) -> str:
     value = raw.strip().upper()
     if value not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
@@ -198,7 +214,7 @@ def _setting(default: Any, parse: Callable[[str], Any], doc: str) -> Any:
 @dataclasses.dataclass(frozen=True)
 class Settings:
     # Where the embedded stores (SQLite file, chDB directory) and the ingest spool live.
-    data_dir: Path = _setting(Path("./data"), Path, "Directory for embedded stores and spool")
+    data_dir: Path = _setting(Path("./data"), _data_dir, "Directory for embedded stores and spool")
     # Empty means: SQLite file <data_dir>/errortrack.sqlite3.
     database_url: str = _setting(
         "", _database_url, "Relational store; default SQLite in the data dir"

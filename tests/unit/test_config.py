@@ -98,6 +98,14 @@ def test_every_setting_is_in_the_readme():
         ("ERRORTRACK_PUBLIC_URL", "https://user:pw@et.example.com"),
         ("ERRORTRACK_PUBLIC_URL", "https://et.example.com/?x=1"),
         ("ERRORTRACK_PUBLIC_URL", "https://et.example.com/#top"),
+        # Path("") is the current directory.
+        ("ERRORTRACK_DATA_DIR", ""),
+        ("ERRORTRACK_DATA_DIR", "  "),
+        # The database name goes into DDL between backticks.
+        ("ERRORTRACK_CLICKHOUSE_URL", "http://u:p@ch:8123/a`b"),
+        ("ERRORTRACK_CLICKHOUSE_URL", "http://u:p@ch:8123/a/b"),
+        ("ERRORTRACK_CLICKHOUSE_URL", "http://u:p@ch:8123/?database=x%60y"),
+        ("ERRORTRACK_CLICKHOUSE_URL", "chdb:///srv/ch?database=a'b"),
     ],
 )
 def test_values_that_could_never_work_are_refused_in_one_line(name, value):
