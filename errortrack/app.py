@@ -15,7 +15,7 @@ from errortrack.api import logs as logs_api
 from errortrack.api import storage as storage_api
 from errortrack.api import traces as traces_api
 from errortrack.api.auth import Authentication
-from errortrack.api.middleware import DatabaseSessions
+from errortrack.api.middleware import DatabaseSessions, RenderJSON
 from errortrack.auth.throttle import LoginThrottle
 from errortrack.config import Settings
 from errortrack.state import AppState
@@ -48,7 +48,13 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     if state is None:
         state = AppState.build(settings or Settings.from_env())
     # Authentication only records the clock; principal(req) authenticates lazily.
-    middleware: list[Any] = [DatabaseSessions(state.sessions), Authentication(state.clock)]
+    # Answers are processed in reverse: RenderJSON first, so a 500 it makes still rolls
+    # the request's transaction back.
+    middleware: list[Any] = [
+        DatabaseSessions(state.sessions),
+        Authentication(state.clock),
+        RenderJSON(),
+    ]
     app = falcon.App(middleware=middleware)
     configure(app)
     # Every {x:int} here is a relational id (``db.MAX_ID``): a larger one matches no

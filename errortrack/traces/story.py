@@ -9,14 +9,16 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-import orjson
-
 from errortrack.analytics import ClickHouse
 from errortrack.errors import NotFound
 from errortrack.issues.read import EVENT_COLUMNS, event_item
-from errortrack.logs.query import iso_utc, trace_logs
+from errortrack.logs.query import iso_utc, stored_json, trace_logs
 
 MAX_SPANS = 10_000
+# Nesting shown as such; deeper spans are listed under their ancestor at this depth. Each
+# level is two levels of JSON (the span, its children), and orjson refuses a document
+# nested past 255: a recursive function traced 127 levels deep made its trace a 500.
+MAX_DEPTH = 100
 MAX_LOGS = 1_000
 MAX_EVENTS = 100
 SPAN_COLUMNS = (
@@ -29,9 +31,11 @@ _WHERE = "project_id = {project_id:UInt64} AND trace_id = {trace_id:String}"
 def trace_story(store: ClickHouse, project_id: int, trace_id: str) -> dict[str, Any]:
     """404 when the project holds nothing at all for this trace id."""
     params = {"project_id": project_id, "trace_id": trace_id}
+    # LIMIT 1 BY: a transaction the SDK sent again (it saw no answer to the first try) is
+    # stored twice, and showed every span twice; each span id is shown once.
     spans = store.query_rows(
         f"SELECT {SPAN_COLUMNS} FROM spans WHERE {_WHERE} "
-        "ORDER BY start_timestamp, span_id LIMIT {limit:UInt32}",
+        "ORDER BY start_timestamp, span_id LIMIT 1 BY span_id LIMIT {limit:UInt32}",
         {**params, "limit": MAX_SPANS},
     )
     events = store.query_rows(
@@ -66,7 +70,9 @@ def span_node(row: tuple[Any, ...]) -> dict[str, Any]:
         "end_timestamp": iso_utc(start + dt.timedelta(microseconds=duration_us)),
         "duration_ms": duration_us / 1000,
         "status": status or None,
-        "attributes": orjson.loads(attributes) if attributes else {},
+        # As stored (msgspec kept integers beyond 64 bits, and any nesting): parsing them
+        # again with orjson failed on such a value, a 500 for the whole trace.
+        "attributes": stored_json(attributes),
         "children": [],
     }
 
@@ -74,7 +80,9 @@ def span_node(row: tuple[Any, ...]) -> dict[str, Any]:
 def span_tree(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Children under their parents, in start order. A span whose parent is missing (not
     sent, or reported elsewhere) becomes a root; so does one whose parent link would close
-    a cycle (SDK data is not trusted to be a tree)."""
+    a cycle (SDK data is not trusted to be a tree). Spans nested deeper than ``MAX_DEPTH``
+    are listed, in start order, under their ancestor at that depth (``parent_span_id``
+    still names each one's parent)."""
     by_id = {node["span_id"]: node for node in nodes}
     attached: dict[str, str] = {}  # span id -> the parent it hangs under
     roots = []
@@ -85,7 +93,29 @@ def span_tree(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         parent["children"].append(node)
         attached[node["span_id"]] = parent["span_id"]
+    _flatten_below(roots, MAX_DEPTH)
     return roots
+
+
+def _flatten_below(roots: list[dict[str, Any]], depth: int) -> None:
+    """Every node at ``depth`` gets all its descendants as its children, in start order
+    (the nodes list was in start order, so ids order them back). Iterative: no recursion
+    limit either."""
+    level = 1
+    current = roots
+    while current and level < depth:
+        current = [child for node in current for child in node["children"]]
+        level += 1
+    for node in current:
+        below: list[dict[str, Any]] = []
+        stack = list(node["children"])
+        while stack:
+            child = stack.pop()
+            below.append(child)
+            stack.extend(child["children"])
+            child["children"] = []
+        below.sort(key=lambda n: (n["start_timestamp"], n["span_id"]))
+        node["children"] = below
 
 
 def _reaches(attached: dict[str, str], start: str, target: str) -> bool:

@@ -186,3 +186,157 @@ def test_span_cycles_do_not_hang_or_lose_spans():
     for root in roots:
         walk(root)
     assert sorted(seen) == ["a", "b", "c", "d"]
+
+
+def _send_items(world, items, header=None):
+    """An envelope of ``items`` ([(type, payload dict or bytes)]) through real ingest."""
+    import orjson
+
+    from errortrack.projects.service import active_key
+    from tests.ingest_support import sentry_auth
+
+    with world.state.sessions() as s:
+        key = active_key(s, world.project_id).public_key
+    lines = [orjson.dumps(header or {})]
+    for kind, payload in items:
+        raw = payload if isinstance(payload, bytes) else orjson.dumps(payload)
+        lines += [orjson.dumps({"type": kind, "length": len(raw)}), raw]
+    resp = world.client.simulate_post(
+        f"/api/{world.project_id}/envelope/", body=b"\n".join(lines), headers=sentry_auth(key)
+    )
+    assert resp.status_code == 200, resp.text
+    world.state.ingest.writer.drain()
+
+
+def test_a_trace_nested_deeper_than_the_tree_shows_is_listed_flat_below_it(ingest_world):
+    # A recursive function traced 127 levels deep made its trace a 500 with an empty body:
+    # two levels of JSON per span level, and orjson stops at 255.
+    from errortrack.traces.story import MAX_DEPTH
+
+    world, p = ingest_world, ingest_world.project_id
+    now = world.state.clock().timestamp()
+    spans = [
+        {
+            "trace_id": T,
+            "span_id": f"{i + 1:016x}",
+            "parent_span_id": f"{i:016x}" if i else None,
+            "name": f"level {i}",
+            "start_timestamp": now - 10 + i * 0.001,
+            "end_timestamp": now - 1,
+            "is_segment": i == 0,
+            "attributes": {},
+        }
+        for i in range(2 * MAX_DEPTH)
+    ]
+    _send_items(world, [("span", {"version": 2, "items": spans})])
+    resp = _get(world, "viewer", f"/api/projects/{p}/traces/{T}")
+    assert resp.status_code == 200, resp.text
+    story = resp.json
+    assert story["span_count"] == 2 * MAX_DEPTH
+    node, depth = story["spans"][0], 1
+    while node["children"] and len(node["children"]) == 1:
+        node, depth = node["children"][0], depth + 1
+    assert depth == MAX_DEPTH and node["span_id"] == f"{MAX_DEPTH:016x}"
+    below = node["children"]
+    assert [s["span_id"] for s in below] == [
+        f"{i:016x}" for i in range(MAX_DEPTH + 1, 2 * MAX_DEPTH + 1)
+    ]
+    assert all(s["children"] == [] for s in below)
+    assert [s["parent_span_id"] for s in below[:2]] == [
+        f"{MAX_DEPTH:016x}",
+        f"{MAX_DEPTH + 1:016x}",
+    ]
+
+
+def test_span_attributes_come_back_exactly_as_sent(ingest_world):
+    # Parsed again with orjson, an integer beyond a double was a 500 for the whole trace,
+    # and an array nested ~250 deep made the answer unencodable (a 500, empty body).
+    import json
+
+    world, p = ingest_world, ingest_world.project_id
+    now = world.state.clock().timestamp()
+    big = b"1" + b"0" * 400
+    deep = b"[" * 300 + b"1" + b"]" * 300
+    payload = (
+        b'{"version":2,"items":[{"trace_id":"' + T.encode() + b'","span_id":"aaaaaaaaaaaaaaaa",'
+        b'"name":"x","start_timestamp":'
+        + str(now - 2).encode()
+        + b',"end_timestamp":'
+        + str(now - 1).encode()
+        + b',"is_segment":true,"attributes":{"big":{"value":'
+        + big
+        + b',"type":"integer"},"deep":{"value":'
+        + deep
+        + b',"type":"array"}}}]}'
+    )
+    _send_items(world, [("span", payload)])
+    resp = _get(world, "viewer", f"/api/projects/{p}/traces/{T}")
+    assert resp.status_code == 200, resp.text
+    attributes = json.loads(resp.text)["spans"][0]["attributes"]
+    assert attributes["big"] == {"value": 10**400, "type": "integer"}
+    value, depth = attributes["deep"]["value"], 0
+    while isinstance(value, list):
+        value, depth = value[0], depth + 1
+    assert (value, depth) == (1, 300)
+
+
+def test_a_transaction_sent_twice_shows_each_span_once(ingest_world):
+    # An SDK that saw no answer sends the envelope again: its spans were stored twice and
+    # the trace showed two roots and a doubled span count.
+    world, p = ingest_world, ingest_world.project_id
+    now = world.state.clock().timestamp()
+    event_id = "e" * 32
+    transaction = {
+        "type": "transaction",
+        "event_id": event_id,
+        "transaction": "GET /x",
+        "start_timestamp": now - 3,
+        "timestamp": now - 1,
+        "contexts": {"trace": {"trace_id": T, "span_id": "1" * 16, "op": "http.server"}},
+        "spans": [
+            {
+                "span_id": "2" * 16,
+                "parent_span_id": "1" * 16,
+                "trace_id": T,
+                "op": "db",
+                "start_timestamp": now - 2.5,
+                "timestamp": now - 2,
+            }
+        ],
+    }
+    for _ in range(2):
+        _send_items(world, [("transaction", transaction)], header={"event_id": event_id})
+    story = _get(world, "viewer", f"/api/projects/{p}/traces/{T}").json
+    assert story["span_count"] == 2
+    assert [s["span_id"] for s in story["spans"]] == ["1" * 16]
+    assert [s["span_id"] for s in story["spans"][0]["children"]] == ["2" * 16]
+
+
+def test_an_answer_that_cannot_be_encoded_is_the_json_500_and_changes_nothing(state):
+    # Rendered by Falcon after the error handlers, it was a 500 with an empty body, and
+    # the request's change stayed committed.
+    import falcon.testing
+    import sqlalchemy as sa
+
+    from errortrack.api.middleware import session
+    from errortrack.app import create_app
+    from errortrack.models import Project
+
+    class Unencodable:
+        def on_post(self, req, resp):
+            session(req).add(Project(name="half done"))
+            session(req).flush()
+            nested: list = []
+            for _ in range(300):
+                nested = [nested]
+            resp.media = {"deep": nested}
+
+    app = create_app(state=state)
+    app.add_route("/test/unencodable", Unencodable())
+    resp = falcon.testing.TestClient(app).simulate_post("/test/unencodable")
+    assert resp.status_code == 500
+    assert resp.json == {
+        "error": {"code": "internal_error", "message": "internal server error", "field": None}
+    }
+    with state.sessions() as s:
+        assert s.scalar(sa.select(Project.id).where(Project.name == "half done")) is None
