@@ -20,7 +20,15 @@ from typing import Any
 
 import orjson
 
-DEFAULT_VARIABLES = frozenset({"{{ default }}", "{{default}}"})
+# Sentry's fingerprint variable syntax, any spacing inside the braces ("{{ default}}"
+# too); only two spellings were recognised, and any other became a literal part, merging
+# unrelated errors that shared it.
+_DEFAULT_VARIABLE = re.compile(r"\{\{\s*default\s*\}\}")
+
+
+def is_default_variable(item: Any) -> bool:
+    return _DEFAULT_VARIABLE.fullmatch(str(item).strip()) is not None
+
 
 _UUID = re.compile(
     r"\b[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}\b"
@@ -103,18 +111,17 @@ def _exception_parts(chain: list[dict[str, Any]]) -> list[str]:
 def expand(custom: Iterable[Any], event: dict[str, Any]) -> list[str]:
     parts: list[str] = ["custom"]
     for item in custom:
-        text = str(item)
-        if text.strip() in DEFAULT_VARIABLES:
+        if is_default_variable(item):
             parts.extend(default_parts(event))
         else:
-            parts.append(text)
+            parts.append(str(item))
     return parts
 
 
 def fingerprint_parts(event: dict[str, Any]) -> list[str]:
     custom = event.get("fingerprint")
     if isinstance(custom, list) and custom:
-        if all(str(item).strip() in DEFAULT_VARIABLES for item in custom):
+        if all(is_default_variable(item) for item in custom):
             return default_parts(event)
         return expand(custom, event)
     return default_parts(event)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from errortrack.issues.fingerprint import exceptions, frames_of, message_text
@@ -32,10 +33,65 @@ def _formatted_message(event: dict[str, Any]) -> str:
     for key in ("logentry", "message"):
         value = event.get(key)
         if isinstance(value, dict):
-            value = value.get("formatted") or value.get("message")
+            value = value.get("formatted") or _with_params(
+                value.get("message"), value.get("params")
+            )
         if isinstance(value, str) and value.strip():
             return value
     return message_text(event)
+
+
+# A printf-style placeholder as Python's logging writes them: %s, %d, %(name)s, %5.2f, %%.
+_PLACEHOLDER = re.compile(r"%(?:\(([^)]*)\))?([#0 +-]*)(\d*)(?:\.(\d+))?([diouxXeEfFgGcrsa%])")
+_MAX_WIDTH = 100  # "%999999999d" must not make a gigabyte title
+
+
+def _with_params(template: Any, params: Any) -> Any:
+    """``logentry.message`` with its ``params`` filled in, as Relay does for an event sent
+    without ``formatted`` (sentry-python's older logging integration sends only the
+    template and ``record.args``): the title read "user %s failed" for "user bob failed".
+    The template as it is when the params do not fit it (as Python would fail)."""
+    if not isinstance(template, str) or not isinstance(params, (list, dict)) or not params:
+        return template
+    positional = iter(params) if isinstance(params, list) else iter(())
+    out: list[str] = []
+    end = 0
+    for match in _PLACEHOLDER.finditer(template):
+        name, flags, width, precision, conversion = match.groups()
+        out.append(template[end : match.start()])
+        end = match.end()
+        if conversion == "%" and name is None:
+            out.append("%")
+            continue
+        if name is not None:
+            if not isinstance(params, dict) or name not in params:
+                return template
+            value = params[name]
+        else:
+            value = next(positional, _MISSING)
+            if value is _MISSING:
+                return template
+        out.append(_placeholder(value, flags, width, precision, conversion))
+    out.append(template[end:])
+    return "".join(out)
+
+
+_MISSING = object()
+
+
+def _placeholder(value: Any, flags: str, width: str, precision: str | None, conv: str) -> str:
+    if conv in "sra" or isinstance(value, (str, list, dict)) or value is None:
+        # Strings as Python's %s shows them; JSON null was Python's None.
+        return str(value) if conv != "r" else repr(value)
+    spec = "%" + flags
+    if width and int(width) <= _MAX_WIDTH:
+        spec += width
+    if precision is not None and int(precision) <= _MAX_WIDTH:
+        spec += "." + precision
+    try:
+        return (spec + conv) % value
+    except (TypeError, ValueError, OverflowError):
+        return str(value)
 
 
 def title(event: dict[str, Any]) -> str:

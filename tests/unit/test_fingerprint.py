@@ -102,6 +102,19 @@ def test_default_variable_expands_to_the_default_grouping():
     assert fingerprint_parts(with_tenant_a)[:3] == ["custom", "tenant-a", "exception"]
 
 
+def test_default_variable_is_read_with_any_spacing_as_sentry_does():
+    # Only "{{ default }}" and "{{default}}" were read; "{{ default}}" was a literal part,
+    # merging unrelated errors that shared it.
+    plain = error(frames=STACK)
+    for spelling in ("{{ default}}", "{{default }}", "{{  default\t}}", " {{ default }} "):
+        assert fingerprint(error(frames=STACK, fingerprint=[spelling])) == fingerprint(plain)
+        a = {"message": "x", "fingerprint": [spelling, "tenant"]}
+        b = {"message": "y", "fingerprint": [spelling, "tenant"]}
+        assert fingerprint(a) != fingerprint(b), spelling
+    literal = error(frames=STACK, fingerprint=["{{ defaults }}"])
+    assert fingerprint_parts(literal) == ["custom", "{{ defaults }}"]
+
+
 def test_message_groups_by_logentry_template():
     a = {"logentry": {"message": "charge failed for %s", "formatted": "charge failed for bob"}}
     b = {"logentry": {"message": "charge failed for %s", "formatted": "charge failed for ann"}}
@@ -151,3 +164,28 @@ def test_typeless_exception_groups_by_message_not_frames():
 def test_event_without_exception_or_message_has_one_fallback_group():
     assert fingerprint({}) == fingerprint({"level": "info"})
     assert fingerprint({}) != fingerprint({"message": "x"})
+
+
+def test_a_title_fills_in_the_params_of_a_message_sent_without_formatted():
+    # sentry-python's older logging integration sends the template and record.args only.
+    from errortrack.issues.summary import title
+
+    def titled(message, params):
+        return title({"logentry": {"message": message, "params": params}})
+
+    assert titled("user %s failed after %d tries", ["bob", 3]) == "user bob failed after 3 tries"
+    assert titled("%(who)s paid %(n).2f", {"who": "ann", "n": 1.5}) == "ann paid 1.50"
+    assert titled("100%% done by %s", ["cron"]) == "100% done by cron"
+    assert titled("%s is %s", [None, True]) == "None is True"
+    assert titled("%r", ["q"]) == "'q'"
+    # Params that do not fit leave the template, as Python's logging would fail.
+    assert titled("%s and %s", ["one"]) == "%s and %s"
+    assert titled("%(missing)s", {"other": 1}) == "%(missing)s"
+    assert titled("%d", ["not a number"]) == "not a number"
+    # A width no title needs is not honoured: no gigabyte titles.
+    assert titled("%999999999d", [1]) == "1"
+    # formatted wins, and grouping stays on the template.
+    sent = {"logentry": {"message": "a %s", "params": ["b"], "formatted": "shown"}}
+    assert title(sent) == "shown"
+    other = {"logentry": {"message": "a %s", "params": ["c"]}}
+    assert fingerprint(sent) == fingerprint(other)
