@@ -93,13 +93,24 @@ def container_items(payload: bytes, kind: str, *, exact: bool = False) -> list[A
     (orjson makes it a float, and the stored attribute then said "integer" beside a
     float). Anything else is a 400 that names the item kind, so the whole envelope is
     refused before anything is spooled."""
+    return items_of(decode_payload(payload, kind, exact=exact), kind)
+
+
+def decode_payload(payload: bytes, kind: str, *, exact: bool = False) -> Any:
+    """An item's JSON payload, or a 400 naming the item kind (``exact``: as above)."""
     try:
-        container = msgspec.json.decode(payload) if exact else orjson.loads(payload)
+        return msgspec.json.decode(payload) if exact else orjson.loads(payload)
     except (orjson.JSONDecodeError, msgspec.DecodeError) as exc:
         raise BadRequest(f"{kind} item payload is not valid JSON: {exc}") from None
+    except UnicodeDecodeError:
+        # msgspec checks a string's UTF-8 as it decodes it: this was a 500.
+        raise BadRequest(f"{kind} item payload is not valid UTF-8") from None
     except RecursionError:
         # msgspec's own limit on nesting (orjson's is a JSONDecodeError above).
         raise BadRequest(f"{kind} item payload is nested too deeply") from None
+
+
+def items_of(container: Any, kind: str) -> list[Any]:
     items = container.get("items") if isinstance(container, dict) else None
     if not isinstance(items, list):
         raise BadRequest(f'{kind} item payload must be an object {{"items": [...]}}')

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from errortrack import timestamps
 from errortrack.errors import BadRequest
 from errortrack.ingest.envelope import container_items
 from errortrack.timestamps import corrected
@@ -98,6 +99,15 @@ _DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 def handle_log(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> ItemRows:
     from errortrack.ingest.items import ItemRows
 
+    if not payload.isascii():  # memchr speed; JSON from SDKs is mostly ASCII
+        # msgspec skips the fields a struct does not name (an attribute's "unit") without
+        # checking their UTF-8, and the attributes are stored as sent: one bad byte there
+        # was acknowledged and then made every logs page holding it invalid JSON (or a
+        # 500, for a pretty-printed item).
+        try:
+            payload.decode()
+        except UnicodeDecodeError:
+            raise BadRequest("log item payload is not valid UTF-8") from None
     try:
         logs = _ITEM.decode(payload).items
     except _DECODE_ERRORS as exc:
@@ -139,13 +149,16 @@ def _row(
     if type(level) is not str:
         level = ""
     timestamp = log.timestamp
-    # Moved by the sender's clock drift, if any; missing, not a number, or outside
-    # Sentry's window around the arrival (Relay's rule for logs): the arrival time. A log
-    # from a clock years behind would otherwise be dropped by the TTL at once, one years
-    # ahead kept past its retention. Not timestamps.clamped: logs take numbers only (an
-    # ISO string has always meant none).
+    # Moved by the sender's clock drift, if any; missing, not a time, or outside Sentry's
+    # window around the arrival (Relay's rule for logs): the arrival time. A log from a
+    # clock years behind would otherwise be dropped by the TTL at once, one years ahead
+    # kept past its retention. Numbers (seconds) from most SDKs; RFC 3339 strings from
+    # sentry-go's first releases with logs (until the eighteenth session they meant none,
+    # and every Go log was dated at its arrival).
     if type(timestamp) is float or type(timestamp) is int:
         timestamp = corrected(timestamp, received, drift)
+    elif type(timestamp) is str and (parsed := timestamps.parse(timestamp)) is not None:
+        timestamp = corrected(parsed, received, drift)
     else:
         timestamp = received
     body = log.body

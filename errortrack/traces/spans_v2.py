@@ -1,10 +1,18 @@
-"""``span`` items, version 2 (Node 11 streams spans) -> span rows.
+"""``span`` items -> span rows: version 2 (Node 11 streams spans) and the older single
+span (the browser SDK's standalone spans: INP, CLS, LCP).
 
-Payload ``{"version": 2, "items": [span, ...]}``; each span carries ``name``,
+Version 2: payload ``{"version": 2, "items": [span, ...]}``; each span carries ``name``,
 ``trace_id``, ``span_id``, ``parent_span_id``, float ``start_timestamp`` and
 ``end_timestamp``, ``is_segment`` (true on the transaction's root), ``status`` and typed
 ``attributes`` (``sentry.op``, ``sentry.segment.name``, ``sentry.segment.id``, ...),
 stored exactly as sent.
+
+Single span (no ``items``; ``@sentry/browser`` 8-10 send ``[{"type":"span"}, spanJSON]``):
+one span as in a transaction's ``spans[]``: ``start_timestamp`` and ``timestamp``,
+``op``, ``description``, ``status``, plain ``data`` (attributes inferred from it, as for
+transactions), ``segment_id`` (its own id for a standalone span: a segment) and the
+segment's name in ``data.transaction``. Refusing it (until the eighteenth session, a
+400) lost the whole envelope.
 """
 
 from __future__ import annotations
@@ -13,8 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 from errortrack import timestamps
 from errortrack.errors import BadRequest
-from errortrack.ingest.envelope import container_items
-from errortrack.traces.rows import Times, hex_id, place_item, span_hex, span_row, text
+from errortrack.ingest.envelope import decode_payload, items_of
+from errortrack.traces.rows import (
+    Times,
+    hex_id,
+    infer_attributes,
+    place_item,
+    span_hex,
+    span_row,
+    text,
+)
 
 if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
@@ -23,8 +39,46 @@ if TYPE_CHECKING:
 def handle_span(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> ItemRows:
     from errortrack.ingest.items import ItemRows
 
-    spans = container_items(payload, "span", exact=True)
-    return ItemRows(spans=rows(spans, ctx))
+    decoded = decode_payload(payload, "span", exact=True)
+    if isinstance(decoded, dict) and "items" not in decoded and "span_id" in decoded:
+        return ItemRows(spans=[_single(decoded, ctx)])
+    return ItemRows(spans=rows(items_of(decoded, "span"), ctx))
+
+
+def _single(span: dict[str, Any], ctx: ItemContext) -> dict[str, Any]:
+    """The older single-span payload (module docstring)."""
+    if not hex_id(span, "trace_id") or not span_hex(span, "span_id"):
+        raise BadRequest("span needs a trace_id and a span_id")
+    span_id = span_hex(span, "span_id")
+    data = span.get("data")
+    data = data if isinstance(data, dict) else {}
+    segment_id = span_hex(span, "segment_id")
+    is_segment = span.get("is_segment") is True or segment_id == span_id
+    times = [
+        (timestamps.finite(span.get("start_timestamp")), timestamps.finite(span.get("timestamp")))
+    ]
+    [(start, end)] = place_item(
+        times, 0 if is_segment else None, ctx.received_at.timestamp(), ctx.drift
+    )
+    segment_name = data.get("sentry.segment.name") or data.get("transaction")
+    return span_row(
+        project_id=ctx.project_id,
+        trace_id=hex_id(span, "trace_id"),
+        span_id=span_id,
+        parent_span_id=span_hex(span, "parent_span_id"),
+        segment_id=segment_id or (span_id if is_segment else ""),
+        segment_name=segment_name if isinstance(segment_name, str) else "",
+        is_segment=is_segment,
+        op=text(span, "op")
+        or (data["sentry.op"] if isinstance(data.get("sentry.op"), str) else ""),
+        description=text(span, "description"),
+        start=start,
+        end=end,
+        status=text(span, "status"),
+        received_at=ctx.received_at.timestamp(),
+        attributes=infer_attributes(data, span.get("tags")),
+        retention_days=ctx.retention_days,
+    )
 
 
 def _attribute_text(attributes: dict[str, Any], name: str) -> str:

@@ -799,3 +799,127 @@ def test_keys_are_loaded_off_the_event_loop(state, project, place):
         state.ingest.writer.spool.close()
     assert status == 200
     assert len(lookups) == 1 and loop_thread not in lookups, (loop_thread, lookups)
+
+
+def test_a_browser_standalone_span_is_stored(state, ingest_client, project, clickhouse):
+    # @sentry/browser 8-10 send INP/CLS/LCP spans as [{"type":"span"}, spanJSON]: one bare
+    # span, no {"items": [...]}. That was a 400, and the whole envelope was lost.
+    pid, key = project
+    span = {
+        "data": {
+            "sentry.origin": "auto.http.browser.inp",
+            "sentry.op": "ui.interaction.click",
+            "sentry.exclusive_time": 128,
+            "transaction": "/checkout",
+        },
+        "description": "body > button.buy",
+        "op": "ui.interaction.click",
+        "parent_span_id": "9A1B2C3D4E5F6071",
+        "span_id": "a1b2c3d4e5f60718",
+        "start_timestamp": NOW - 2.5,
+        "timestamp": NOW - 2.372,
+        "trace_id": "e5b61031519245ccaea3fd1be4e59ce7",
+        "origin": "auto.http.browser.inp",
+        "exclusive_time": 128,
+        "measurements": {"inp": {"value": 128, "unit": "millisecond"}},
+        "segment_id": "a1b2c3d4e5f60718",
+    }
+    header = {"sent_at": dt.datetime.fromtimestamp(NOW, dt.UTC).isoformat()}
+    body = orjson.dumps(header) + b'\n{"type":"span"}\n' + orjson.dumps(span)
+    resp = _post(ingest_client, pid, body, query=f"sentry_version=7&sentry_key={key}")
+    assert resp.status_code == 200, resp.text
+    state.ingest.writer.drain()
+    rows = clickhouse.query_rows(
+        "SELECT trace_id, span_id, parent_span_id, segment_id, segment_name, is_segment, op, "
+        "description, toUnixTimestamp64Micro(start_timestamp), duration_us, attr_string, "
+        "attr_int FROM spans WHERE project_id = {p:UInt64}",
+        parameters={"p": pid},
+    )
+    assert len(rows) == 1
+    trace, span_id, parent, segment, name, is_segment, op, description, start, us, s, i = rows[0]
+    assert (trace, span_id, parent, segment) == (
+        "e5b61031519245ccaea3fd1be4e59ce7",
+        "a1b2c3d4e5f60718",
+        "9a1b2c3d4e5f6071",
+        "a1b2c3d4e5f60718",
+    )
+    assert (name, is_segment, op, description) == (
+        "/checkout",
+        True,
+        "ui.interaction.click",
+        "body > button.buy",
+    )
+    assert (start, us) == ((NOW - 2.5) * 1_000_000, 128_000)
+    assert s["sentry.origin"] == "auto.http.browser.inp" and i["sentry.exclusive_time"] == 128
+    # Still a 400: a bare span without ids, and a payload that is neither form.
+    bad = orjson.dumps({k: v for k, v in span.items() if k != "trace_id"})
+    resp = _post(ingest_client, pid, b'{}\n{"type":"span"}\n' + bad, sentry_auth(key))
+    _error(resp, 400, "bad_request", "trace_id")
+    resp = _post(ingest_client, pid, b'{}\n{"type":"span"}\n[1]', sentry_auth(key))
+    _error(resp, 400, "bad_request", "items")
+
+
+def test_items_that_are_not_utf8_are_400_and_store_nothing(
+    state, ingest_client, project, clickhouse
+):
+    # msgspec skips fields a struct does not name (an attribute's "unit") without checking
+    # them, and log attributes are stored as sent: a log with a bad byte there got its 200
+    # and then made every logs page holding it invalid JSON; pretty-printed, it was a 500.
+    # A v2 span with a bad byte in a string was a 500 too.
+    pid, key = project
+    bad_log = (
+        b'{"items": [\n {"timestamp": %d, "level": "info", "body": "x",\n'
+        b'  "attributes": {"k": {"value": 1, "type": "integer", "unit": "\xe9"}}}\n]}' % (NOW - 1)
+    )
+    for payload in (bad_log.replace(b"\n", b""), bad_log):
+        item = orjson.dumps({"type": "log", "length": len(payload)})
+        resp = _post(ingest_client, pid, b"{}\n" + item + b"\n" + payload, sentry_auth(key))
+        _error(resp, 400, "bad_request", "UTF-8")
+    span = (
+        b'{"version":2,"items":[{"trace_id":"e5b61031519245ccaea3fd1be4e59ce7",'
+        b'"span_id":"a1b2c3d4e5f60718","name":"caf\xe9","start_timestamp":%d,'
+        b'"end_timestamp":%d,"is_segment":true}]}' % (NOW - 2, NOW - 1)
+    )
+    item = orjson.dumps({"type": "span", "length": len(span)})
+    _error(
+        _post(ingest_client, pid, b"{}\n" + item + b"\n" + span, sentry_auth(key)),
+        400,
+        "bad_request",
+        "UTF-8",
+    )
+    # Text that is UTF-8 goes through, byte for byte.
+    good = bad_log.replace(b"\xe9", "é".encode()).replace(b"\n", b"")
+    item = orjson.dumps({"type": "log", "length": len(good)})
+    assert (
+        _post(ingest_client, pid, b"{}\n" + item + b"\n" + good, sentry_auth(key)).status_code
+        == 200
+    )
+    state.ingest.writer.drain()
+    [row] = _logs(clickhouse, pid)
+    assert orjson.loads(row[5]) == {"k": {"value": 1, "type": "integer", "unit": "é"}}
+    assert clickhouse.query_rows("SELECT count() FROM spans")[0][0] == 0
+
+
+def test_a_log_dated_with_an_rfc3339_string_keeps_its_time(
+    state, ingest_client, project, clickhouse
+):
+    # sentry-go's first releases with logs write time.Time as RFC 3339 in the local zone;
+    # such a log was dated at its arrival.
+    pid, key = project
+    zone = dt.timezone(dt.timedelta(hours=2))
+    logged = dt.datetime.fromtimestamp(NOW - 4.25, zone).isoformat()
+    logs = [
+        _log("go", timestamp=logged),
+        _log("nanoseconds", timestamp="2026-01-01T00:00:00.123456789Z"),  # outside the window
+        _log("not a time", timestamp="yesterday"),
+    ]
+    header = {"sent_at": dt.datetime.fromtimestamp(NOW, dt.UTC).isoformat()}
+    assert (
+        _post(ingest_client, pid, log_envelope(logs, header=header), sentry_auth(key)).status_code
+        == 200
+    )
+    state.ingest.writer.drain()
+    stored = {r[0]: (r[7], r[8]) for r in _logs(clickhouse, pid)}
+    assert stored["go"][0] == int((NOW - 4.25) * 1_000_000)
+    assert stored["not a time"][0] == stored["not a time"][1] == NOW * 1_000_000
+    assert stored["nanoseconds"][0] == stored["nanoseconds"][1]
