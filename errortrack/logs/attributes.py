@@ -18,11 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 from errortrack.analytics import ClickHouse
-from errortrack.logs.filters import AttrFilter, LogFilter, as_bool, as_float, as_int
+from errortrack.logs.filters import AttrFilter, LogFilter, as_bool, as_float, as_whole
 
 MAPS = (
     ("attr_string", "String", lambda v: v),
-    ("attr_int", "Int64", as_int),
+    ("attr_int", "Int64", as_whole),
     ("attr_float", "Float64", as_float),
     ("attr_bool", "Bool", as_bool),
 )

@@ -29,7 +29,9 @@ MAX_ATTR_NAME = 200
 MAX_ATTR_VALUE = 1000
 MAX_ATTR_FILTERS = 20
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
-_ATTR_KEY = re.compile(r"^attr\[(?P<name>[^\[\]]*)\]$")
+# Everything between "attr[" and the final "]": names such as "items[0]" hold brackets
+# themselves, and no bracket in them could be written before (every filter a 400).
+_ATTR_KEY = re.compile(r"^attr\[(?P<name>.*)\]$", re.DOTALL)
 # ASCII digits only, the whole text (``\d`` takes any Unicode digit and ``$`` a trailing
 # newline, so an Arabic-Indic five or "5\n" matched the integer 5); float() is as loose,
 # hence _FLOAT.
@@ -88,8 +90,11 @@ def parse_text(raw: str) -> str | None:
 
 def parse_time(raw: str, field: str) -> dt.datetime:
     """ISO 8601; a time without an offset is taken as UTC (the server runs in UTC)."""
+    text = raw.strip()
+    if text.endswith("z"):
+        text = text[:-1] + "Z"  # RFC 3339 allows a lower-case z; Python 3.11 does not
     try:
-        value = dt.datetime.fromisoformat(raw.strip())
+        value = dt.datetime.fromisoformat(text)
         if value.tzinfo is None:
             value = value.replace(tzinfo=dt.UTC)
         # Near year 1 or 9999 an offset carries the UTC time out of datetime's range.
@@ -139,6 +144,19 @@ def as_int(value: str) -> int | None:
         return None
     number = int(value)
     return number if INT64_MIN <= number <= INT64_MAX else None
+
+
+def as_whole(value: str) -> int | None:
+    """An integer attribute's value: integer text, or a double's text that is a whole
+    number within Int64 ("1000.0" and "1e3" are the integer 1000 too, as "1000" finds
+    the double 1000.0; they found no integer attribute)."""
+    number = as_int(value)
+    if number is not None:
+        return number
+    double = as_float(value)
+    if double is not None and double.is_integer() and INT64_MIN <= double <= INT64_MAX:
+        return int(double)
+    return None
 
 
 def as_float(value: str) -> float | None:

@@ -179,6 +179,11 @@ def test_time_range_start_inclusive_end_exclusive(logs):
             ["Payment FAILED: 100% off_code", "slow upstream", "request served"],
         ),
         ("http.status_code", ("abc",), []),
+        # A whole double's text finds the integer too (it found only doubles), not the
+        # string "503".
+        ("http.status_code", ("503.0",), ["slow upstream"]),
+        ("http.status_code", ("5.03e2",), ["slow upstream"]),
+        ("http.status_code", ("503.5",), []),
         ("user.id", ("u-2",), ["disk gone"]),
         ("latency", ("1.5",), ["slow upstream"]),
         ("cache.hit", ("false",), ["Cache MISS for key"]),

@@ -10,6 +10,7 @@ from errortrack.logs.filters import (
     LogFilter,
     as_float,
     as_int,
+    as_whole,
     attr_filter_name,
     parse_attr_filters,
     parse_levels,
@@ -61,6 +62,10 @@ def test_times():
         2026, 11, 1, 12, tzinfo=dt.UTC
     )
     assert parse_time("2026-11-01", "start") == dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+    # RFC 3339 allows lower case: both were read by the OpenAPI "date-time", not by us.
+    assert parse_time("2026-11-01t12:00:00z", "start") == dt.datetime(
+        2026, 11, 1, 12, tzinfo=dt.UTC
+    )
     for bad in ["yesterday", "2026-13-01", "", "1700000000"]:
         assert _field(parse_time, bad, "start") == "start"
     # The offset carries these out of datetime's range (an OverflowError, a 500 before).
@@ -92,10 +97,31 @@ def test_numeric_filter_values_are_ascii_numbers_only(text, integer, double):
     assert (as_int(text), as_float(text)) == (integer, double)
 
 
+@pytest.mark.parametrize(
+    ("text", "whole"),
+    [
+        ("1000", 1000),
+        ("1000.0", 1000),
+        ("1e3", 1000),
+        ("-0.0", 0),
+        ("1000.5", None),
+        ("9223372036854775807", 2**63 - 1),
+        ("9.3e18", None),  # beyond Int64
+        ("abc", None),
+        ("\uff15", None),
+    ],
+)
+def test_an_integer_attribute_is_found_by_a_whole_doubles_text(text, whole):
+    assert as_whole(text) == whole
+
+
 def test_attribute_params():
     assert attr_filter_name("level") is None
     assert attr_filter_name("attr[http.status_code]") == "http.status_code"
-    for bad in ["attr[]", "attr", "attr[x", "attr[a]b", "attr[a[b]]", "attr[" + "n" * 201 + "]"]:
+    # Names may hold brackets (no filter on "items[0]" could be written before).
+    assert attr_filter_name("attr[items[0]]") == "items[0]"
+    assert attr_filter_name("attr[headers[x-id]]") == "headers[x-id]"
+    for bad in ["attr[]", "attr", "attr[x", "attr[a]b", "attr[" + "n" * 201 + "]"]:
         assert _field(attr_filter_name, bad) == bad
     params = [("attr[a]", ["1", "2", "1"]), ("page", ["2"]), ("attr[b]", ["x"])]
     assert parse_attr_filters(params) == (AttrFilter("a", ("1", "2")), AttrFilter("b", ("x",)))
