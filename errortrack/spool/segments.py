@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import queue
+import re
 import secrets
 import threading
 import time
@@ -40,6 +41,7 @@ from errortrack.spool import ownership, records
 log = logging.getLogger(__name__)
 SUFFIX = ".seg"
 MARKER = ".bisect"
+_RANGE = re.compile(r"(\d+)-(\d+)", re.ASCII)  # a line of a bisection marker
 
 
 def bisect_marker(segment: Path, table: str) -> Path:
@@ -323,6 +325,11 @@ class Spool:
             # The torn bytes stay: seal the segment here, so that nothing is written
             # after them (what is before them is intact, and the writer inserts it).
             log.exception("spool: cutting a torn record off failed; sealing its segment")
+            # Count them too: they take disk space until the segment is deleted, and
+            # done() subtracts the file's whole size (uncounted, they left the cap's
+            # counter below the bytes on disk, negative once the spool drained).
+            with contextlib.suppress(OSError):
+                self._bytes += os.fstat(seg.fd).st_size - seg.size
             self._seal_locked()
 
     def _cannot_write(self, exc: OSError) -> Unavailable:
@@ -473,8 +480,14 @@ class Spool:
     def record_split(self, path: Path, table: str, lo: int, hi: int) -> None:
         """Durably note that rows ``lo..hi-1`` were refused together, before any of their
         parts is sent: a replay must not send them together again either."""
-        fd = os.open(bisect_marker(path, table), os.O_WRONLY | os.O_APPEND)
+        fd = os.open(bisect_marker(path, table), os.O_RDWR | os.O_APPEND)
         try:
+            journal = os.pread(fd, os.fstat(fd).st_size, 0)  # a few lines
+            if journal and not journal.endswith(b"\n"):
+                # A line cut short by a crash (never synced, so none of its parts was
+                # sent): cut it off, or this range would join onto it ("4-" + "4-8\n"
+                # = "4-4-8\n") and the marker would hold neither.
+                os.ftruncate(fd, journal.rfind(b"\n") + 1)
             os.write(fd, f"{lo}-{hi}\n".encode())
             os.fdatasync(fd)
         finally:
@@ -483,9 +496,12 @@ class Spool:
     def splits(self, path: Path, table: str) -> set[tuple[int, int]]:
         """The row ranges ``record_split`` noted for this segment and table."""
         text = bisect_marker(path, table).read_text()
-        # A line cut short by a crash was never synced, so no part of it was sent.
-        lines = text.split("\n")[:-1]
-        return {(int(lo), int(hi)) for lo, hi in (line.split("-") for line in lines)}
+        # A line cut short by a crash was never synced, so no part of it was sent. A line
+        # that is not two numbers (a torn one that a range written by a version without
+        # the cut in record_split joined onto) is skipped: raising here would stop the
+        # segment, and every later one, on every retry.
+        lines = (_RANGE.fullmatch(line) for line in text.split("\n")[:-1])
+        return {(int(m[1]), int(m[2])) for m in lines if m}
 
     def _drop_markers(self, path: Path) -> None:
         markers = [bisect_marker(path, t) for t in records.TABLES]

@@ -105,6 +105,12 @@ INSERT_SETTINGS = {
     # Event payloads arrive as raw JSON objects for a String column (the default since
     # ClickHouse 23; said here because the stored bytes depend on it).
     "input_format_json_read_objects_as_strings": 1,
+    # No limit on the partitions one insert touches (default 100, then TOO_MANY_PARTS,
+    # which is transient, so the batch was retried forever and held up all ingest): the
+    # tables are partitioned by (day, retention_days), times go 30 days back, and one
+    # batch holds every project's rows. Deduplication is per partition (a block's id
+    # includes its partition), so a replay of such a batch is still applied once.
+    "max_partitions_per_insert_block": 0,
 }
 # Tries of a row alone after its first one, before it is quarantined: a data error is
 # what ClickHouse said about these bytes, so more would not change the answer.

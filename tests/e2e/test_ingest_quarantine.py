@@ -28,7 +28,7 @@ from errortrack.issues.events import handle_event
 from errortrack.issues.grouping import GroupingHook
 from errortrack.spool import quarantine
 from errortrack.spool.quarantine import Quarantine
-from errortrack.spool.segments import Spool
+from errortrack.spool.segments import Spool, bisect_marker
 from errortrack.spool.writer import Writer, clickhouse_insert
 from tests.ingest_support import make_project, query_data_dir, spooled_log_line
 from tests.support import errortrack, scratch_database, server_env
@@ -293,6 +293,38 @@ def test_a_replay_never_sends_rows_refused_together_together_again(state, clickh
 
     assert _counts(clickhouse, pid) == dict.fromkeys(bodies, 1)
     assert writer.quarantine.entries("logs") == []
+
+
+def test_a_torn_marker_line_then_one_more_split_does_not_block_the_segment(state, clickhouse):
+    # A crash while appending to the marker leaves a line without its newline; the next
+    # range written after the restart must not join onto it ("4-" + "4-8" = "4-4-8"),
+    # which made every replay fail to read the marker, forever.
+    pid = 10
+    spool = _open_spool(state.settings.spool_dir)
+    bodies, lines = _good(pid, "row", 7)
+    lines.insert(5, _poison_line(pid))
+    segment = _segment(spool, lines)
+    spool.mark_bisect(segment, "logs")
+    bisect_marker(segment, "logs").write_bytes(b"4-")  # torn: never synced, nothing sent
+    real = clickhouse_insert(clickhouse)
+    failed: list[str] = []
+
+    def flaky(table, data, token):
+        # Rows 4-7 are refused together (the poison) and their split recorded after the
+        # torn line; the outage then makes the writer start over from the marker.
+        if token.endswith(":4-6") and not failed:
+            failed.append(token)
+            raise ConnectionError("injected: ClickHouse unreachable")
+        real(table, data, token)
+
+    writer = Writer(spool, flaky, quarantine_after=2)
+    _drive(writer)
+    spool.close()
+
+    assert failed and spool.pending() == 0
+    assert _counts(clickhouse, pid) == dict.fromkeys(bodies, 1)
+    [entry] = writer.quarantine.entries("logs")
+    assert entry["id"] == f"{segment.stem}:logs:5"
 
 
 def _event_lines(pid: int, types: list[str]) -> list[bytes]:

@@ -738,3 +738,50 @@ def test_staging_directories_left_by_a_crash_are_removed_but_not_fresh_or_locked
     finally:
         assert fd is not None
         os.close(fd)
+
+
+def test_a_torn_marker_line_is_cut_before_the_next_range_and_never_read(tmp_path):
+    from errortrack.spool.segments import bisect_marker
+
+    spool = _spool(tmp_path)
+    spool.append({"logs": b'{"a":1}\n'}, 1)
+    spool.seal()
+    [segment] = spool.sealed()
+    spool.mark_bisect(segment, "logs")
+    marker = bisect_marker(segment, "logs")
+    marker.write_bytes(b"0-8\n4-")  # a crash cut the second line short
+    assert spool.splits(segment, "logs") == {(0, 8)}
+    spool.record_split(segment, "logs", 4, 8)
+    assert marker.read_bytes() == b"0-8\n4-8\n"  # not "4-4-8"
+    # A marker where a range joined a torn line (written before the cut): that line is
+    # skipped, the others are read.
+    marker.write_bytes(b"0-8\n4-4-8\n4-6\n")
+    assert spool.splits(segment, "logs") == {(0, 8), (4, 6)}
+
+
+def test_a_torn_record_that_cannot_be_cut_off_is_counted_until_its_segment_is_done(
+    tmp_path, monkeypatch
+):
+    spool = _spool(tmp_path)
+    spool.append({"logs": b'{"a":1}\n'}, 1)
+    real_writev = os.writev
+
+    def half(fd, buffers):  # a disk that fills up mid-record
+        data = b"".join(buffers)
+        return real_writev(fd, [data[: len(data) // 2]])
+
+    def no_cut(fd, length):
+        raise OSError(28, "ENOSPC")
+
+    monkeypatch.setattr(os, "writev", half)
+    monkeypatch.setattr(os, "ftruncate", no_cut)
+    with pytest.raises(Unavailable):
+        spool.append({"logs": b'{"a":1}\n' * 50}, 50)
+    monkeypatch.undo()
+    # The torn bytes stay on disk in the sealed segment: they count against the cap...
+    assert spool.pending() == 1
+    assert spool.size == sum(path.stat().st_size for path in spool.sealed())
+    # ...and the counter is back to 0, not below, once the writer deleted the segment.
+    Writer(spool, lambda table, data, token: None).drain()
+    assert spool.pending() == 0
+    assert spool.size == 0
