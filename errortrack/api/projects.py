@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import falcon
 
 from errortrack.api.auth import principal
@@ -19,7 +21,7 @@ from errortrack.api.schemas.access import (
     ProjectPatchIn,
 )
 from errortrack.auth.permissions import project_role, require_project
-from errortrack.models import User
+from errortrack.models import ProjectKey, User
 from errortrack.projects import keys, manage, members
 from errortrack.projects.service import create_project
 from errortrack.state import AppState
@@ -136,19 +138,22 @@ class Member:
         resp.status = falcon.HTTP_204
 
 
-class Keys:
+class _KeyResource:
     def __init__(self, state: AppState) -> None:
         self._public_url = state.settings.public_url
 
+    def _out(self, key: ProjectKey) -> dict[str, Any]:
+        return KeyOut().dump(keys.record(key, public_url=self._public_url))
+
+
+class Keys(_KeyResource):
     @api_doc(
         "A project's ingest keys with their DSNs", response=KeyOut, many=True, tags=("projects",)
     )
     def on_get(self, req: falcon.Request, resp: falcon.Response, project_id: int) -> None:
         require_project(session(req), principal(req), project_id, "read")
         found = keys.list_keys(session(req), project_id)
-        resp.media = KeyOut(many=True).dump(
-            [keys.record(k, public_url=self._public_url) for k in found]
-        )
+        resp.media = [self._out(k) for k in found]
 
     @api_doc(
         "Create an ingest key, a new DSN (project admin)",
@@ -161,21 +166,18 @@ class Keys:
         require_project(session(req), principal(req), project_id, "admin")
         body = load(req, KeyIn)
         key = keys.create_key(session(req), project_id, label=body.get("label"))
-        resp.media = KeyOut().dump(keys.record(key, public_url=self._public_url))
+        resp.media = self._out(key)
         resp.status = falcon.HTTP_201
 
 
-class KeyItem:
-    def __init__(self, state: AppState) -> None:
-        self._public_url = state.settings.public_url
-
+class KeyItem(_KeyResource):
     @api_doc("One ingest key", response=KeyOut, tags=("projects",))
     def on_get(
         self, req: falcon.Request, resp: falcon.Response, project_id: int, key_id: int
     ) -> None:
         require_project(session(req), principal(req), project_id, "read")
         key = keys.get_key(session(req), project_id, key_id)
-        resp.media = KeyOut().dump(keys.record(key, public_url=self._public_url))
+        resp.media = self._out(key)
 
     @api_doc(
         "Disable, enable or relabel an ingest key (project admin); ingest refuses a "
@@ -190,7 +192,7 @@ class KeyItem:
         require_project(session(req), principal(req), project_id, "admin")
         body = load(req, KeyPatchIn)
         key = keys.update_key(session(req), project_id, key_id, body)
-        resp.media = KeyOut().dump(keys.record(key, public_url=self._public_url))
+        resp.media = self._out(key)
 
     @api_doc(
         "Delete an ingest key (project admin); ingest refuses it within 10 s",

@@ -47,9 +47,9 @@ def handle_span(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> It
 
 def _single(span: dict[str, Any], ctx: ItemContext) -> dict[str, Any]:
     """The older single-span payload (module docstring)."""
-    if not hex_id(span, "trace_id") or not span_hex(span, "span_id"):
+    trace_id, span_id = hex_id(span, "trace_id"), span_hex(span, "span_id")
+    if not trace_id or not span_id:
         raise BadRequest("span needs a trace_id and a span_id")
-    span_id = span_hex(span, "span_id")
     data = span.get("data")
     data = data if isinstance(data, dict) else {}
     segment_id = span_hex(span, "segment_id")
@@ -60,17 +60,15 @@ def _single(span: dict[str, Any], ctx: ItemContext) -> dict[str, Any]:
     [(start, end)] = place_item(
         times, 0 if is_segment else None, ctx.received_at.timestamp(), ctx.drift
     )
-    segment_name = data.get("sentry.segment.name") or data.get("transaction")
     return span_row(
         project_id=ctx.project_id,
-        trace_id=hex_id(span, "trace_id"),
+        trace_id=trace_id,
         span_id=span_id,
         parent_span_id=span_hex(span, "parent_span_id"),
         segment_id=segment_id or (span_id if is_segment else ""),
-        segment_name=segment_name if isinstance(segment_name, str) else "",
+        segment_name=text(data, "sentry.segment.name") or text(data, "transaction"),
         is_segment=is_segment,
-        op=text(span, "op")
-        or (data["sentry.op"] if isinstance(data.get("sentry.op"), str) else ""),
+        op=text(span, "op") or text(data, "sentry.op"),
         description=text(span, "description"),
         start=start,
         end=end,

@@ -99,8 +99,7 @@ def span_tree(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _flatten_below(roots: list[dict[str, Any]], depth: int) -> None:
     """Every node at ``depth`` gets all its descendants as its children, in start order
-    (the nodes list was in start order, so ids order them back). Iterative: no recursion
-    limit either."""
+    (then span id, as the query orders them). Iterative: no recursion limit either."""
     level = 1
     current = roots
     while current and level < depth:
