@@ -50,6 +50,7 @@ from errortrack.analytics import migrate as ch_migrate
 from errortrack.app import create_app
 from errortrack.auth.tokens import create_token
 from errortrack.config import Settings
+from errortrack.logs.cursor import Cursor
 from errortrack.logs.query import COUNT_CAP
 from errortrack.models import Project, ProjectMember, User
 from errortrack.state import AppState
@@ -91,11 +92,11 @@ def _raw(where: str, order: str = "timestamp DESC", offset: int = 0, capped: boo
         count = f"SELECT count() FROM (SELECT 1 FROM logs WHERE {where} LIMIT {limit + 1})"
     else:
         limit, count = None, f"SELECT count() FROM logs WHERE {where}"
-    return count, page, offset, limit
+    return count, page, offset != 0, limit
 
 
-def run_raw(store: ClickHouse, count_sql: str, page_sql: str, offset: int, limit) -> int:
-    if offset == 0:
+def run_raw(store: ClickHouse, count_sql: str, page_sql: str, count_first: bool, limit) -> int:
+    if not count_first:
         rows = store.query_rows(page_sql)
         if len(rows) < 50:
             return len(rows)
@@ -150,6 +151,25 @@ def cases(store: ClickHouse) -> list[Case]:
         p = _project(rng)
         return {"p": p, "q": "page=100"}, *_raw(f"project_id = {p}", offset=99 * 50)
 
+    # Where page 100 starts in each project, as a cursor: the API then lists the 50 logs
+    # after that row; raw, as a person would type it, reads those after its time (a cursor
+    # page always counts, as the API does).
+    starts = {
+        p: store.query_rows(
+            f"SELECT timestamp, id FROM logs WHERE project_id = {p} "
+            "ORDER BY timestamp DESC, id DESC LIMIT 1 OFFSET 4949"
+        )[0]
+        for p in range(1, len(PROJECT_SHARES) + 1)
+    }
+
+    def cursor_page(rng):
+        p = _project(rng)
+        at, log_id = starts[p]
+        after = Cursor.after_row("-timestamp", at, log_id, None).encode()
+        count, _, _, limit = _raw(f"project_id = {p}")
+        page = _raw(f"project_id = {p} AND timestamp < '{at}'")[1]
+        return {"p": p, "q": f"cursor={after}"}, count, page, True, limit
+
     def body(rng):
         p, order, _ = rng.choice(sampled)
         return {"p": p, "q": f"q=order {order}"}, *_raw(
@@ -182,6 +202,7 @@ def cases(store: ClickHouse) -> list[Case]:
         ("level error+fatal", levels),
         ("trace lookup", trace),
         ("page 100", page100),
+        ("page 100 by cursor", cursor_page),
         ("body search (order id)", body),
         ("attribute user.id (string)", attr_user),
         ("attribute http.status_code=503 (integer)", attr_status),

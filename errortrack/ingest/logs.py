@@ -201,12 +201,20 @@ def _attributes(raw: msgspec.Raw, index: int) -> dict[str, Attribute] | None:
 
 
 def attributes_of(attributes: dict[str, Any]) -> dict[str, Attribute]:
-    """Plain ``{name: {"value", "type"}}`` dicts as ``Attribute`` structs; other values skipped."""
-    return {
-        name: Attribute(attr.get("value"), attr.get("type"))
-        for name, attr in attributes.items()
-        if type(attr) is dict
-    }
+    """Plain ``{name: {"value", "type"}}`` dicts as ``Attribute`` structs. A bare string,
+    number, boolean or array (not what SDKs send, but what a hand-written sender might)
+    gets the type its JSON value has, so that ``attr[name]=...`` finds it as it finds a
+    typed one; a bare null is kept in the stored attributes only."""
+    found = {}
+    for name, attr in attributes.items():
+        if type(attr) is dict:
+            found[name] = Attribute(attr.get("value"), attr.get("type"))
+        elif (kind := _BARE_TYPES.get(type(attr))) is not None:
+            found[name] = Attribute(attr, kind)
+    return found
+
+
+_BARE_TYPES = {str: "string", bool: "boolean", int: "integer", float: "double", list: "array"}
 
 
 def _trace_and_span(

@@ -12,25 +12,28 @@ from typing import Any
 import orjson
 
 from errortrack.analytics import ClickHouse
+from errortrack.errors import ValidationError
 from errortrack.logs import attributes
+from errortrack.logs.cursor import Cursor
 from errortrack.logs.filters import LogFilter
 from errortrack.paging import PageRequest, page_body
 
 COLUMNS = "id, level, severity_number, body, trace_id, span_id, attributes, timestamp, ingested_at"
-# Only the table's sort key (project_id, timestamp): ClickHouse then reads the newest
-# granules first and stops at the page (about 10x faster at 10 M rows than adding ``id``
-# as a tie-breaker, which forces a full sort; see bench/RESULTS.md). Rows sharing a
-# timestamp come back in storage order, which is stable while the parts do not change.
+# Every order is complete: ties are broken by ``id``, so that a page's rows do not depend
+# on how the stored parts happen to be merged (without it a merge during a walk skipped
+# some logs sharing a timestamp and repeated others) and so that a page's last row is a
+# keyset cursor (``errortrack.logs.cursor``). The time sorts are not run as written,
+# though: ``id`` after the table's sort key (project_id, timestamp) makes ClickHouse sort
+# every matching row of the project, ~20x slower at 10 M rows; ``_time_page`` reads in
+# key order and settles ties itself (bench/RESULTS.md, nineteenth session).
 ORDER_BY = {
-    "-timestamp": "timestamp DESC",
-    "timestamp": "timestamp ASC",
-    # These sort every matching row anyway, so ``id`` costs little here, and without it
-    # ClickHouse's partial sort orders tied rows differently for each LIMIT/OFFSET:
-    # paging skipped some logs and repeated others (an envelope's logs sent without a
-    # time all share its arrival time).
+    "-timestamp": "timestamp DESC, id DESC",
+    "timestamp": "timestamp ASC, id ASC",
+    # These sort every matching row anyway, so ``id`` costs little here.
     "-severity": "severity_number DESC NULLS LAST, timestamp DESC, id DESC",
     "severity": "severity_number ASC NULLS LAST, timestamp DESC, id DESC",
 }
+_TIME = "DateTime64(6, 'UTC')"
 _LIKE_SPECIALS = str.maketrans({"\\": "\\\\", "%": "\\%", "_": "\\_"})
 # ClickHouse's lower() (which the body index is built on) folds ASCII only; fold the
 # search text the same way so that "Timeout" finds "TIMEOUT" and the index still applies.
@@ -77,36 +80,169 @@ def list_logs(
     f: LogFilter,
     page: PageRequest,
     *,
+    cursor: Cursor | None = None,
     count_cap: int = COUNT_CAP,
 ) -> dict[str, Any]:
-    """One page of a project's logs, newest first unless ``f.sort`` says otherwise.
+    """One page of a project's logs, newest first unless ``f.sort`` says otherwise; with
+    ``cursor``, the ``page.per_page`` logs after it instead of a numbered page.
 
     The first page is read before anything is counted: when it is not full, its length is
     the exact total and no count runs at all (every search that finds fewer than a page
     of logs costs one query). Later pages count first, so that a page past the end costs
-    no read.
+    no read. A cursor page always counts (the rows before the cursor are not known), and
+    ``total_count`` is that of the whole filtered list, as on numbered pages.
     """
     where, params = where_clause(project_id, f, absent=attributes.absent_maps(store, project_id, f))
-    if page.offset == 0:
-        items = _page(store, where, params, f, page)
-        if len(items) < page.per_page:
-            return page_body(items, len(items), page)
+    if cursor is not None:
+        if cursor.sort != f.sort:
+            raise ValidationError(
+                f"this cursor continues sort={cursor.sort}, not sort={f.sort}", field="cursor"
+            )
+        after, after_params = _after(cursor)
+        rows = _page(store, f"{where} AND {after}", {**params, **after_params}, f, page.per_page, 0)
         total, exact = _count(store, where, params, f, page, count_cap)
-        return page_body(items, total, page, exact=exact)
+        return _body(rows, f, page, total, exact, numbered=False)
+    if page.offset == 0:
+        rows = _page(store, where, params, f, page.per_page, 0)
+        if len(rows) < page.per_page:
+            return _body(rows, f, page, len(rows), True)
+        total, exact = _count(store, where, params, f, page, count_cap)
+        return _body(rows, f, page, total, exact)
     total, exact = _count(store, where, params, f, page, count_cap)
-    items = [] if exact and page.past_end(total) else _page(store, where, params, f, page)
-    return page_body(items, total, page, exact=exact)
+    past = exact and page.past_end(total)
+    rows = [] if past else _page(store, where, params, f, page.per_page, page.offset)
+    return _body(rows, f, page, total, exact)
+
+
+def _body(
+    rows: list[Any],
+    f: LogFilter,
+    page: PageRequest,
+    total: int,
+    exact: bool,
+    *,
+    numbered: bool = True,
+) -> dict[str, Any]:
+    body = page_body([log_item(row) for row in rows], total, page, exact=exact)
+    if not numbered:
+        body["page"] = None
+    # A full page may have more after it; a short one is the end of the list.
+    last = rows[-1] if len(rows) == page.per_page else None
+    body["next_cursor"] = last and Cursor.after_row(f.sort, last[7], last[0], last[2]).encode()
+    return body
 
 
 def _page(
-    store: ClickHouse, where: str, params: dict[str, Any], f: LogFilter, page: PageRequest
-) -> list[dict[str, Any]]:
-    rows = store.query_rows(
+    store: ClickHouse, where: str, params: dict[str, Any], f: LogFilter, limit: int, offset: int
+) -> list[Any]:
+    if f.sort in ("-timestamp", "timestamp"):
+        return _time_page(store, where, params, f.sort, limit, offset)
+    return store.query_rows(
         f"SELECT {COLUMNS} FROM logs WHERE {where} ORDER BY {ORDER_BY[f.sort]} "
         "LIMIT {limit:UInt32} OFFSET {offset:UInt64}",
-        {**params, "limit": page.per_page, "offset": page.offset},
+        {**params, "limit": limit, "offset": offset},
     )
-    return [log_item(row) for row in rows]
+
+
+def _time_page(
+    store: ClickHouse, where: str, params: dict[str, Any], sort: str, limit: int, offset: int
+) -> list[Any]:
+    """The page of ``ORDER BY timestamp, id`` without sorting every matching row.
+
+    Read in the table's key order (ClickHouse stops at the page), with the row before the
+    page and the row after it: unless one of those shares a timestamp with the page's
+    edge, the page holds exactly these rows, and only their order within equal
+    timestamps is left to settle here. Otherwise ``_tied_page``."""
+    newest_first = sort == "-timestamp"
+    lead = 1 if offset else 0
+    rows = store.query_rows(
+        f"SELECT {COLUMNS} FROM logs WHERE {where} "
+        f"ORDER BY timestamp {'DESC' if newest_first else 'ASC'} "
+        "LIMIT {limit:UInt32} OFFSET {offset:UInt64}",
+        {**params, "limit": limit + 1 + lead, "offset": offset - lead},
+    )
+    before, page, after = rows[:lead], rows[lead : lead + limit], rows[lead + limit :]
+    if not page:
+        return []
+    if (before and before[0][7] == page[0][7]) or (after and after[0][7] == page[-1][7]):
+        return _tied_page(store, where, params, sort, [row[7] for row in page], offset)
+    return sorted(page, key=_time_and_id, reverse=newest_first)
+
+
+def _time_and_id(row: tuple[Any, ...]) -> tuple[Any, int, int]:
+    # ClickHouse orders a UUID by its second 64 bits, then its first (a test holds this
+    # key to ClickHouse's ORDER BY), and cursors compare ids in ClickHouse.
+    value = row[0].int
+    return row[7], value & 0xFFFF_FFFF_FFFF_FFFF, value >> 64
+
+
+def _tied_page(
+    store: ClickHouse,
+    where: str,
+    params: dict[str, Any],
+    sort: str,
+    times: list[Any],
+    offset: int,
+) -> list[Any]:
+    """A page whose first or last timestamp is shared with rows beyond it.
+
+    Which rows hold the page's timestamps does not depend on how ties are ordered, so
+    the page is those timestamps' rows (``timestamp IN`` is a set of primary-key points:
+    a few granules) sorted completely, less the rows of the first timestamp that belong
+    to earlier pages. That one count is a point lookup too, unless the whole page shares
+    one timestamp."""
+    first, last = times[0], times[-1]
+    skip = 0
+    if offset and first != last:
+        # Every row at the first timestamp sorts before the page's later timestamps, so
+        # those not on this page came before it.
+        skip = _count_where(store, f"{where} AND timestamp = {{first:{_TIME}}}", params, first)
+        skip -= times.count(first)
+    elif offset:
+        beyond = ">" if sort == "-timestamp" else "<"
+        before = f"{where} AND timestamp {beyond} {{first:{_TIME}}}"
+        skip = offset - _count_where(store, before, params, first)
+    return store.query_rows(
+        f"SELECT {COLUMNS} FROM logs WHERE {where} AND timestamp IN {{times:Array({_TIME})}} "
+        f"ORDER BY {ORDER_BY[sort]} LIMIT {{limit:UInt32}} OFFSET {{skip:UInt64}}",
+        {
+            **params,
+            "times": [_ch_time(t) for t in dict.fromkeys(times)],
+            "limit": len(times),
+            # Never below 0, even if rows were deleted between the two queries.
+            "skip": max(skip, 0),
+        },
+    )
+
+
+def _count_where(store: ClickHouse, where: str, params: dict[str, Any], first: Any) -> int:
+    return int(
+        store.query_rows(
+            f"SELECT count() FROM logs WHERE {where}", {**params, "first": _ch_time(first)}
+        )[0][0]
+    )
+
+
+def _after(cursor: Cursor) -> tuple[str, dict[str, Any]]:
+    """The rows after ``cursor`` in its sort (``ORDER_BY``), as a WHERE term."""
+    params: dict[str, Any] = {"c_time": _ch_time(cursor.timestamp), "c_id": str(cursor.id)}
+    at, log_id = f"{{c_time:{_TIME}}}", "{c_id:UUID}"
+    if cursor.sort == "timestamp":
+        # Spelled with a plain range first, which the primary key narrows.
+        return f"(timestamp >= {at} AND (timestamp > {at} OR id > {log_id}))", params
+    later = f"(timestamp <= {at} AND (timestamp < {at} OR id < {log_id}))"
+    if cursor.sort == "-timestamp":
+        return later, params
+    # The severity sorts: severity first (nulls last), then newest first, then id.
+    if cursor.severity is None:
+        return f"(severity_number IS NULL AND {later})", params
+    params["c_severity"] = cursor.severity
+    beyond = "<" if cursor.sort == "-severity" else ">"
+    return (
+        f"(severity_number {beyond} {{c_severity:UInt8}} OR severity_number IS NULL"
+        f" OR (severity_number = {{c_severity:UInt8}} AND {later}))",
+        params,
+    )
 
 
 def _count(
@@ -135,12 +271,7 @@ def _count(
 def trace_logs(store: ClickHouse, project_id: int, trace_id: str, limit: int) -> list[Any]:
     """A trace's logs in the order they happened (for the trace view), at most ``limit``."""
     where, params = where_clause(project_id, LogFilter(trace_id=trace_id))
-    rows = store.query_rows(
-        f"SELECT {COLUMNS} FROM logs WHERE {where} ORDER BY {ORDER_BY['timestamp']} "
-        "LIMIT {limit:UInt32}",
-        {**params, "limit": limit},
-    )
-    return [log_item(row) for row in rows]
+    return [log_item(row) for row in _time_page(store, where, params, "timestamp", limit, 0)]
 
 
 def log_item(row: tuple[Any, ...]) -> dict[str, Any]:
@@ -191,5 +322,8 @@ def _ch_time(value: dt.datetime) -> str:
     # Sent as text in UTC so that no client or session time zone can shift it; isoformat
     # writes a four-digit year (strftime's %Y writes "1" for year 1, which ClickHouse
     # refused: a 500 until the seventeenth session).
+    # ClickHouse hands DateTime64 back naive in UTC; astimezone would read that as local.
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
     value = min(max(value.astimezone(dt.UTC), _TIME_MIN), _TIME_MAX)
     return value.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")

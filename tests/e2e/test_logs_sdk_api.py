@@ -184,6 +184,41 @@ def test_pagination_edges(sent: Sent):
     assert sent.get().json()["per_page"] == 50
 
 
+def test_a_cursor_walk_over_http(sent: Sent):
+    every = sent.bodies("per_page=1000")
+    for sort in ("-timestamp", "timestamp", "-severity"):
+        expected = sent.bodies(f"per_page=1000&sort={sort}")
+        page = sent.get(f"per_page=2&sort={sort}").json()
+        walked = [i["body"] for i in page["items"]]
+        while page["next_cursor"]:
+            # The cursor alone continues its sort; page is null on a cursor page.
+            page = sent.get(f"per_page=2&cursor={page['next_cursor']}").json()
+            assert (page["page"], page["total_count"]) == (None, 9), page
+            walked += [i["body"] for i in page["items"]]
+        assert walked == expected and sorted(walked) == sorted(every)
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("cursor=abc", "not one this server gave out"),
+        ("cursor=", "not one this server gave out"),
+        ("cursor=" + "A" * 201, "not one this server gave out"),
+        # Valid base64url of JSON, but not a cursor: [sort, true, id, null].
+        ("cursor=WyItdGltZXN0YW1wIix0cnVlLCIwIixudWxsXQ", "not one this server gave out"),
+        ("page=2&cursor={next}", "either page or cursor"),
+        ("sort=timestamp&cursor={next}", "continues sort=-timestamp"),
+        ("cursor={next}&cursor={next}", "Not a valid string"),
+    ],
+)
+def test_bad_cursors_are_400_naming_cursor(sent: Sent, query: str, message: str):
+    following = sent.get("per_page=2").json()["next_cursor"]
+    resp = sent.get(query.format(next=following))
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["field"] == "cursor"
+    assert message in resp.json()["error"]["message"]
+
+
 @pytest.mark.parametrize(
     ("query", "field"),
     [

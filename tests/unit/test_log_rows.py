@@ -178,16 +178,25 @@ def test_integers_beyond_64_bits_in_arrays_and_bodies_are_written_as_sent():
     assert b'"attr_string":{"xs":"[' + big + b']"},"attr_int":{}' in row
 
 
-def test_attributes_that_are_not_objects_stay_out_of_the_maps():
+def test_bare_attribute_values_are_filed_under_their_json_type():
+    # Not what SDKs send: a hand-written sender's bare values were kept as sent but left
+    # out of the maps, so attr[k]=5 could never find them.
+    bare = {"k": 5, "f": 1.5, "t": True, "w": "x", "n": None, "a": [1], "o": {"value": 1}}
     (row,) = rows(
         {
             "level": "info",
             "body": "x",
-            "attributes": {"k": 5, "s": {"value": "v", "type": "string"}},
+            "attributes": {**bare, "s": {"value": "v", "type": "string"}},
         }
     )
-    assert row["attributes"] == {"k": 5, "s": {"value": "v", "type": "string"}}
-    assert row["attr_string"] == {"s": "v"}
+    assert row["attributes"] == {**bare, "s": {"value": "v", "type": "string"}}
+    # Arrays as JSON text and an untyped object's value as text, as for typed ones.
+    assert row["attr_string"] == {"s": "v", "w": "x", "a": "[1]", "o": "1"}
+    assert (row["attr_int"], row["attr_float"], row["attr_bool"]) == (
+        {"k": 5},
+        {"f": 1.5},
+        {"t": True},
+    )
 
 
 def test_odd_field_types_are_tolerated_as_before():

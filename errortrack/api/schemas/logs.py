@@ -9,7 +9,7 @@ from marshmallow import ValidationError as SchemaError
 
 from errortrack.api.schemas.paging import PageQuery, page_of, page_request
 from errortrack.errors import ValidationError
-from errortrack.logs import filters
+from errortrack.logs import cursor, filters
 from errortrack.logs.filters import LogFilter
 
 
@@ -32,6 +32,9 @@ class Levels(fields.List):
         if not all(isinstance(v, str) for v in values):
             raise SchemaError("expected level names")
         return _domain(filters.parse_levels, values)
+
+
+_HEX = "[0-9a-fA-F]"
 
 
 class TraceId(fields.Str):
@@ -68,6 +71,11 @@ class IsoTime(fields.DateTime):
         return _domain(filters.parse_time, value, attr)
 
 
+class CursorText(fields.Str):
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
+        return _domain(cursor.decode, super()._deserialize(value, attr, data, **kwargs))
+
+
 class LogsQuery(PageQuery):
     level = Levels(
         metadata={
@@ -76,8 +84,13 @@ class LogsQuery(PageQuery):
         }
     )
     trace_id = TraceId(
-        validate=validate.Regexp(r"^[0-9a-fA-F]{32}$"),
-        metadata={"description": "Only the logs emitted inside this trace's spans."},
+        metadata={
+            "description": "Only the logs emitted inside this trace's spans: 32 hex "
+            "digits, any case, or a UUID with dashes.",
+            # Checked by filters.parse_trace_id; a Regexp validator would see the id
+            # after its dashes are removed and so documented the UUID form as refused.
+            "pattern": f"^({_HEX}{{32}}|{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}})$",
+        },
     )
     q = Text(
         validate=_Length(max=filters.MAX_TEXT),
@@ -89,6 +102,16 @@ class LogsQuery(PageQuery):
         load_default="-timestamp",
         validate=validate.OneOf(filters.SORTS),
         metadata={"description": "Newest first by default; severity sorts by severity_number."},
+    )
+    cursor = CursorText(
+        metadata={
+            # Checked by cursor.decode (a Length validator would see the decoded cursor).
+            "maxLength": cursor.MAX_LENGTH,
+            "description": "Continue a walk: the next_cursor of the previous page, as it "
+            "came (opaque). Gives the per_page logs after that page's last one, unaffected "
+            "by logs arriving, expiring or merging meanwhile. Not with page; sort defaults "
+            "to the cursor's own.",
+        },
     )
     attr = fields.Dict(
         keys=fields.Str(),
@@ -107,14 +130,29 @@ class LogsQuery(PageQuery):
     def _gather_attributes(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
         """Fold the ``attr[<name>]`` parameters into one ``attr`` mapping of value lists."""
         data = dict(data)
+        if "cursor" in data and "page" in data:
+            raise SchemaError("give either page or cursor, not both", field_name="cursor")
         found = [(key, data.pop(key)) for key in list(data) if filters.attr_filter_name(key)]
         if found:
             data["attr"] = dict(found)
         return data
 
+    @pre_load
+    def _sort_of_cursor(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        """A cursor without ``sort`` continues in its own sort (a client following
+        next_cursor need not repeat it); with a different ``sort`` it is a 400."""
+        text = data.get("cursor")
+        if "sort" in data or not isinstance(text, str):
+            return data
+        try:
+            return {**data, "sort": cursor.decode(text).sort}
+        except ValidationError:
+            return data  # the cursor field itself reports it
+
     @post_load
     def _to_filter(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
         attrs = filters.parse_attr_filters(data.pop("attr", {}).items())
+        after = data.pop("cursor", None)
         log_filter = LogFilter(
             levels=tuple(data.pop("level", ())),
             trace_id=data.pop("trace_id", None),
@@ -124,7 +162,7 @@ class LogsQuery(PageQuery):
             attributes=attrs,
             sort=data.pop("sort"),
         )
-        return {"filter": log_filter, "page": page_request(data)}
+        return {"filter": log_filter, "page": page_request(data), "cursor": after}
 
 
 class LogOut(Schema):
@@ -140,12 +178,19 @@ class LogOut(Schema):
     span_id = fields.Str(required=True, allow_none=True)
     attributes = fields.Dict(
         keys=fields.Str(),
-        values=fields.Dict(),
+        # Any JSON value: SDKs send {value, type} objects, but a value some other sender
+        # put there comes back as sent too (documented as objects, such a page failed a
+        # client's response validation).
+        values=fields.Raw(),
         required=True,
-        metadata={"description": "As sent: {name: {value, type}} with the original JSON types"},
+        metadata={
+            "description": "As sent: {name: {value, type}} with the original JSON types "
+            "(SDKs always send this shape; a bare value another sender used comes back "
+            "as it was sent)"
+        },
     )
     timestamp = fields.Str(required=True, metadata={"format": "date-time"})
     ingested_at = fields.Str(required=True, metadata={"format": "date-time"})
 
 
-LogPageOut = page_of(LogOut)
+LogPageOut = page_of(LogOut, cursors=True)

@@ -27,9 +27,20 @@ def page_request(data: dict[str, Any]) -> PageRequest:
     return PageRequest(page=data.pop("page"), per_page=data.pop("per_page"))
 
 
-def page_of(item: type[Schema]) -> type[Schema]:
-    """The page body schema (``errortrack.paging.page_body``) for ``item``."""
+def page_of(item: type[Schema], *, cursors: bool = False) -> type[Schema]:
+    """The page body schema (``errortrack.paging.page_body``) for ``item``; with
+    ``cursors``, also ``next_cursor``, and ``page`` null on a page asked for by cursor."""
     name = item.__name__.removesuffix("Out") + "Page"
+    extra: dict[str, fields.Field] = {}
+    if cursors:
+        extra["next_cursor"] = fields.Str(
+            required=True,
+            allow_none=True,
+            metadata={
+                "description": "Pass as cursor for the next page; null when this page is "
+                "not full (the end of the list)."
+            },
+        )
     return Schema.from_dict(
         {
             "items": fields.List(fields.Nested(item), required=True),
@@ -48,9 +59,14 @@ def page_of(item: type[Schema]) -> type[Schema]:
                     "of the requested page if later); more items exist."
                 },
             ),
-            "page": fields.Int(required=True),
+            "page": fields.Int(
+                required=True,
+                allow_none=cursors,
+                metadata={"description": "null on a page asked for by cursor"} if cursors else {},
+            ),
             "per_page": fields.Int(required=True),
             "total_pages": fields.Int(required=True),
+            **extra,
         },
         name=name,
     )
