@@ -19,6 +19,8 @@ from errortrack.logs.filters import LogFilter
 from errortrack.paging import PageRequest, page_body
 
 COLUMNS = "id, level, severity_number, body, trace_id, span_id, attributes, timestamp, ingested_at"
+# Where the sort key's values are in a row of COLUMNS.
+_ID, _SEVERITY, _TIMESTAMP = 0, 2, 7
 # Every order is complete: ties are broken by ``id``, so that a page's rows do not depend
 # on how the stored parts happen to be merged (without it a merge during a walk skipped
 # some logs sharing a timestamp and repeated others) and so that a page's last row is a
@@ -92,12 +94,12 @@ def list_logs(
     no read. A cursor page always counts (the rows before the cursor are not known), and
     ``total_count`` is that of the whole filtered list, as on numbered pages.
     """
+    if cursor is not None and cursor.sort != f.sort:
+        raise ValidationError(
+            f"this cursor continues sort={cursor.sort}, not sort={f.sort}", field="cursor"
+        )
     where, params = where_clause(project_id, f, absent=attributes.absent_maps(store, project_id, f))
     if cursor is not None:
-        if cursor.sort != f.sort:
-            raise ValidationError(
-                f"this cursor continues sort={cursor.sort}, not sort={f.sort}", field="cursor"
-            )
         after, after_params = _after(cursor)
         rows = _page(store, f"{where} AND {after}", {**params, **after_params}, f, page.per_page, 0)
         total, exact = _count(store, where, params, f, page, count_cap)
@@ -128,7 +130,9 @@ def _body(
         body["page"] = None
     # A full page may have more after it; a short one is the end of the list.
     last = rows[-1] if len(rows) == page.per_page else None
-    body["next_cursor"] = last and Cursor.after_row(f.sort, last[7], last[0], last[2]).encode()
+    body["next_cursor"] = last and (
+        Cursor.after_row(f.sort, last[_TIMESTAMP], last[_ID], last[_SEVERITY]).encode()
+    )
     return body
 
 
@@ -164,16 +168,19 @@ def _time_page(
     before, page, after = rows[:lead], rows[lead : lead + limit], rows[lead + limit :]
     if not page:
         return []
-    if (before and before[0][7] == page[0][7]) or (after and after[0][7] == page[-1][7]):
-        return _tied_page(store, where, params, sort, [row[7] for row in page], offset)
+    edge_tied = (before and before[0][_TIMESTAMP] == page[0][_TIMESTAMP]) or (
+        after and after[0][_TIMESTAMP] == page[-1][_TIMESTAMP]
+    )
+    if edge_tied:
+        return _tied_page(store, where, params, sort, [row[_TIMESTAMP] for row in page], offset)
     return sorted(page, key=_time_and_id, reverse=newest_first)
 
 
 def _time_and_id(row: tuple[Any, ...]) -> tuple[Any, int, int]:
     # ClickHouse orders a UUID by its second 64 bits, then its first (a test holds this
     # key to ClickHouse's ORDER BY), and cursors compare ids in ClickHouse.
-    value = row[0].int
-    return row[7], value & 0xFFFF_FFFF_FFFF_FFFF, value >> 64
+    value = row[_ID].int
+    return row[_TIMESTAMP], value & 0xFFFF_FFFF_FFFF_FFFF, value >> 64
 
 
 def _tied_page(
