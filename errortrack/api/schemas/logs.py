@@ -35,6 +35,7 @@ class Levels(fields.List):
 
 
 _HEX = "[0-9a-fA-F]"
+_UUID = f"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}"
 
 
 class TraceId(fields.Str):
@@ -89,7 +90,7 @@ class LogsQuery(PageQuery):
             "digits, any case, or a UUID with dashes.",
             # Checked by filters.parse_trace_id; a Regexp validator would see the id
             # after its dashes are removed and so documented the UUID form as refused.
-            "pattern": f"^({_HEX}{{32}}|{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}})$",
+            "pattern": f"^({_HEX}{{32}}|{_UUID})$",
         },
     )
     q = Text(
