@@ -13,6 +13,17 @@ from errortrack.state import AppState
 from errortrack.storage import cleanup, usage
 
 
+def _end_auth_transaction(req: falcon.Request) -> None:
+    """Commit what authenticating wrote (a token's or login session's last-used time,
+    due once a minute) before any ClickHouse work. On SQLite that write opened the
+    request's write transaction, and the database's one write lock was then held
+    through every drop, delete or scan of the request (seconds for a project's
+    cleanup), stalling the ingest writer's grouping hook, logins and every other
+    writer meanwhile. The middleware still commits (or rolls back) what the handler
+    writes after this, e.g. cleanup's removal of issues."""
+    session(req).commit()
+
+
 class Storage:
     def __init__(self, state: AppState) -> None:
         self._state = state
@@ -24,6 +35,7 @@ class Storage:
     )
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         require_global_admin(principal(req))
+        _end_auth_transaction(req)
         settings = self._state.settings
         report = usage.usage(
             session(req),
@@ -46,6 +58,7 @@ class StorageCleanup:
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         require_global_admin(principal(req))
+        _end_auth_transaction(req)
         body = load(req, CleanupIn)
         result = cleanup.cleanup(
             session(req), self._state.clickhouse, now=self._state.clock(), **body

@@ -35,17 +35,21 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as dt
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
+from errortrack import timestamps
 from errortrack.ingest import logs
 from errortrack.issues.events import handle_event
 from errortrack.spool.records import TABLES
 from errortrack.traces.spans_v2 import handle_span
 from errortrack.traces.transactions import handle_transaction
 
-__all__ = ["HANDLERS", "TABLES", "ItemContext", "ItemRows", "dispatch"]
+__all__ = ["HANDLERS", "TABLES", "ItemContext", "ItemRows", "dispatch", "drop_too_old"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +98,9 @@ HANDLERS: dict[str, Handler] = {
 
 class DroppedCounter:
     """Items accepted but not stored, by type (unknown types, types without a handler),
-    and items the rate limit dropped from an envelope otherwise stored, as
-    ``<type>:rate_limited``.
+    items the rate limit dropped from an envelope otherwise stored, as
+    ``<type>:rate_limited``, and items that lost rows already past their retention on
+    arrival, as ``<type>:too_old`` (``drop_too_old``).
 
     Per process; exposed for logs and tests. A lock because request threads share it.
     """
@@ -121,3 +126,59 @@ def dispatch(item_type: str, payload: bytes, headers: dict[str, Any], ctx: ItemC
     if handler is None:
         return ItemRows(dropped=item_type or "<none>")
     return handler(payload, headers, ctx)
+
+
+DAY = 86400
+
+
+class _Stamp(msgspec.Struct):
+    timestamp: float
+
+
+# Reads only the time of an encoded log row; msgspec skips the other fields in C.
+_LOG_TIMES = msgspec.json.Decoder(_Stamp)
+
+
+def drop_too_old(rows: ItemRows, ctx: ItemContext) -> bool:
+    """Remove the rows already past their retention when they arrive; True if any went.
+
+    The tables' TTL is ``toDateTime(<time>) + toIntervalDay(retention_days)``, so such a
+    row would be expired by ClickHouse within a second of its insert. An event would
+    first have been grouped: an issue created, or counted, moved back in ``first_seen``
+    and reopened, with no event to show. Relay drops events too old for their retention
+    too. Times are already inside Sentry's window (30 days back at most,
+    ``timestamps.MAX_PAST``), so only a retention of 30 days or less can drop anything.
+    """
+    # Logs are the hot path: every log time is at most MAX_PAST old (the handler puts
+    # any older one at the arrival), so with a longer retention, the default 90 days
+    # included, no log can be too old and a log item costs this one comparison.
+    check_logs = rows.log_count and ctx.retention_days * DAY <= timestamps.MAX_PAST
+    if not (rows.events or rows.spans or check_logs):
+        return False
+    # toDateTime truncates to the second: the row expires once floor(time) + retention
+    # is at or before the arrival, i.e. when its time is below this.
+    limit = math.floor(ctx.received_at.timestamp()) - ctx.retention_days * DAY + 1
+    removed = False
+    if rows.events:
+        kept = [row for row in rows.events if row["timestamp"] >= limit]
+        removed = len(kept) < len(rows.events)
+        rows.events = kept
+    if rows.spans:
+        kept = [row for row in rows.spans if row["start_timestamp"] >= limit]
+        removed = removed or len(kept) < len(rows.spans)
+        rows.spans = kept
+    if check_logs:
+        removed = _drop_old_logs(rows, limit) or removed
+    return removed
+
+
+def _drop_old_logs(rows: ItemRows, limit: float) -> bool:
+    times = _LOG_TIMES.decode_lines(rows.log_lines)
+    if all(t.timestamp >= limit for t in times):
+        return False
+    # One row per line, each ending in b"\n" (a newline in a value is escaped in JSON;
+    # not splitlines: attributes kept as sent may hold a bare "\r" between tokens).
+    lines = rows.log_lines.split(b"\n")[:-1]
+    kept = [line + b"\n" for line, t in zip(lines, times, strict=True) if t.timestamp >= limit]
+    rows.log_lines, rows.log_count = b"".join(kept), len(kept)
+    return True

@@ -43,7 +43,8 @@ class Accepted:
     project_id: int = 0
     # Items taken from the project's rate limit, by data category (ratelimit.CATEGORIES).
     charged: dict[str, int] = dataclasses.field(default_factory=dict)
-    # Types without a handler, and "<type>:rate_limited" for items the rate limit dropped.
+    # Types without a handler, "<type>:rate_limited" for items the rate limit dropped, and
+    # "<type>:too_old" for items that lost rows past their retention on arrival.
     dropped: list[str] = dataclasses.field(default_factory=list)
     # X-Sentry-Rate-Limits for a 200 whose envelope lost items to the rate limit, else "".
     rate_limits: str = ""
@@ -126,21 +127,27 @@ def _accept(
     header = ctx.envelope_header if header is None else header
     made: list[tuple[str, items.ItemRows, tuple[str, int] | None]] = []
     charges: dict[str, int] = {}
+    dropped: list[str] = []
     for kind, item_header, payload in parts:
         rows = items.dispatch(kind, payload, item_header, ctx)
+        if items.drop_too_old(rows, ctx):
+            # Expired on arrival: neither stored nor grouped, and not charged. An item
+            # left with nothing goes like a rate-limited one: no event id in the answer.
+            dropped.append(f"{kind}:too_old")
+            if not rows.count():
+                continue
         charge = _charge(kind, rows)
         if charge is not None:
             charges[charge[0]] = charges.get(charge[0], 0) + charge[1]
         made.append((kind, rows, charge))
     waits = ingest.limiter.take(ctx.project_id, charges)
-    dropped: list[str] = []
     if waits:
         # As Relay: only the limited categories' items go; the rest is stored and the 200
         # names what was limited. Nothing left to store is a 429 (which counts nothing).
         kept = [m for m in made if m[2] is None or m[2][0] not in waits]
         if not any(charge is not None for _, _, charge in kept):
             raise ingest.limiter.refused(ctx.project_id, waits)
-        dropped = [
+        dropped += [
             f"{kind}:rate_limited" for kind, _, charge in made if charge and charge[0] in waits
         ]
         made = kept

@@ -1,10 +1,11 @@
 """Deleting data older than N days from logs, events and spans, together.
 
 Without a project: every partition whose whole day is older than the cutoff is dropped
-(``ALTER TABLE ... DROP PARTITION``: a file operation, milliseconds whatever its size),
-then the rows left older than the cutoff -- only in the partitions of the cutoff's own
-day -- go with a lightweight ``DELETE``. With a project: partitions hold every project's
-rows, so only a lightweight ``DELETE ... WHERE project_id = ...`` is possible.
+(``ALTER TABLE ... DROP PARTITION``, with ClickHouse's 50 GB drop limit lifted: a file
+operation, milliseconds whatever its size), then the rows left older than the cutoff --
+only in the partitions of the cutoff's own day -- go with a lightweight ``DELETE``.
+With a project: partitions hold every project's rows, so only a lightweight
+``DELETE ... WHERE project_id = ...`` is possible.
 A dry run counts the same rows and touches nothing. Issues whose events are all gone
 afterwards are removed (see ``errortrack.storage.issues``).
 """

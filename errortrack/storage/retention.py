@@ -14,7 +14,8 @@ row-by-row mutations):
    ingest writer just before its events reach ClickHouse; if an SDK sent an old
    timestamp, one pass could fall in between. Two passes an interval apart cannot.
 
-Every removal is logged. In server mode each worker (and each app instance) runs its
+Every removal is logged, and so is a drop ClickHouse refuses, after which the pass goes
+on with the rest (``_drop``). In server mode each worker (and each app instance) runs its
 own pass; that is harmless because every step is idempotent.
 """
 
@@ -27,6 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from clickhouse_connect.driver.exceptions import Error as DriverError
 from sqlalchemy.orm import Session
 
 from errortrack import db
@@ -46,6 +48,8 @@ ISSUE_GRACE = dt.timedelta(days=1)
 class PassReport:
     expired: list[tables.Partition] = dataclasses.field(default_factory=list)
     over_cap: list[tables.Partition] = dataclasses.field(default_factory=list)
+    # Partitions ClickHouse refused to drop: still on disk, tried again by the next pass.
+    failed: list[tables.Partition] = dataclasses.field(default_factory=list)
     bytes_after: int = 0
     issues_removed: int = 0
     # Issues without events found by this pass: removed by the next one if still so.
@@ -63,15 +67,16 @@ def run_pass(
     report = PassReport()
     remaining = []
     for partition in tables.partitions(store):
-        if partition.expires_at <= now:
-            tables.drop_partition(store, partition)
-            report.expired.append(partition)
-        else:
+        if partition.expires_at > now:
             remaining.append(partition)
-    report.bytes_after = sum(p.bytes_on_disk for p in remaining)
+        elif _drop(store, partition, "retention expired", report):
+            report.expired.append(partition)
+    # Expired partitions that could not be dropped still take their bytes.
+    stuck = sum(p.bytes_on_disk for p in report.failed)
     if disk_cap_bytes > 0:
-        report.over_cap = _enforce_cap(store, remaining, disk_cap_bytes, now.date())
-        report.bytes_after -= sum(p.bytes_on_disk for p in report.over_cap)
+        report.over_cap = _enforce_cap(store, remaining, disk_cap_bytes, now.date(), report, stuck)
+    dropped = set(report.over_cap)
+    report.bytes_after = stuck + sum(p.bytes_on_disk for p in remaining if p not in dropped)
     grace = now - ISSUE_GRACE
     report.orphans = frozenset(issues.orphaned(session, store, last_seen_before=grace))
     report.issues_removed = issues.remove(
@@ -81,11 +86,37 @@ def run_pass(
     return report
 
 
+def _drop(store: ClickHouse, partition: tables.Partition, reason: str, report: PassReport) -> bool:
+    """Drop one partition; False, logged and noted in ``report.failed``, when ClickHouse
+    refuses. One refused drop used to end the pass there: the later partitions, the disk
+    cap and the issues left without events all waited on a partition that might never
+    drop."""
+    try:
+        tables.drop_partition(store, partition)
+    except DriverError:
+        log.exception(
+            "retention: could not drop %s partition %s (%d rows, %d bytes, %s); "
+            "the next pass tries again",
+            partition.table, partition.partition_id, partition.rows, partition.bytes_on_disk,
+            reason,
+        )  # fmt: skip
+        report.failed.append(partition)
+        return False
+    return True
+
+
 def _enforce_cap(
-    store: ClickHouse, partitions: list[tables.Partition], cap: int, today: dt.date
+    store: ClickHouse,
+    partitions: list[tables.Partition],
+    cap: int,
+    today: dt.date,
+    report: PassReport,
+    stuck: int,
 ) -> list[tables.Partition]:
-    """Drop whole days, oldest first, until the bytes fit under ``cap``."""
-    total = sum(p.bytes_on_disk for p in partitions)
+    """Drop whole days, oldest first, until the bytes fit under ``cap``. A partition that
+    cannot be dropped (``stuck`` bytes of them before this step) keeps its bytes, so the
+    next day goes in its place."""
+    total = stuck + sum(p.bytes_on_disk for p in partitions)
     days = sorted({p.day for p in partitions})
     dropped: list[tables.Partition] = []
     for day in days:
@@ -97,9 +128,9 @@ def _enforce_cap(
             )
             break
         for partition in (p for p in partitions if p.day == day):
-            tables.drop_partition(store, partition)
-            dropped.append(partition)
-            total -= partition.bytes_on_disk
+            if _drop(store, partition, "over disk cap", report):
+                dropped.append(partition)
+                total -= partition.bytes_on_disk
     return dropped
 
 

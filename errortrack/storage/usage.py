@@ -1,10 +1,11 @@
 """What the data takes: rows, bytes and time span per table, per project, and in total.
 
-Bytes per table are exact (``system.parts``). Bytes per project are **estimates**: a part
-holds several projects' rows and ClickHouse keeps no size per row, so each part's bytes
-are shared out by each project's share of that part's rows. Splitting part by part
-(rather than by the table-wide row share) follows projects whose volume changes from
-day to day, since every part belongs to one day. The rows themselves are exact counts.
+Bytes per table are exact (``system.parts``). Bytes per project are **estimates**: a
+partition holds several projects' rows and ClickHouse keeps no size per row, so each
+partition's bytes are shared out by each project's share of that partition's rows.
+Splitting partition by partition (rather than by the table-wide row share) follows
+projects whose volume changes from day to day, since every partition is one day (at one
+retention). The rows themselves are exact counts.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from errortrack.storage import tables
 
 SIZES = ("bytes_on_disk", "compressed_bytes", "uncompressed_bytes")
 ESTIMATE_NOTE = (
-    "Bytes per project are estimated: each part's bytes are split by the project's share "
-    "of the part's rows. Bytes per table and in total are exact."
+    "Bytes per project are estimated: each partition's (day's) bytes are split by the "
+    "project's share of its rows. Bytes per table and in total are exact."
 )
 
 
@@ -45,39 +46,47 @@ def _add(
         into["newest"] = newest
 
 
-def _parts(store: ClickHouse, table: str) -> dict[tuple[str, str], dict[str, int]]:
+def _partitions(store: ClickHouse, table: str) -> tuple[dict[tuple[str, str], dict[str, int]], int]:
+    """({(host, partition id): its bytes}, the number of parts)."""
     rows = store.query_rows(
-        "SELECT hostName(), name, bytes_on_disk, data_compressed_bytes, data_uncompressed_bytes "
+        "SELECT hostName(), partition_id, count(), sum(bytes_on_disk), "
+        "sum(data_compressed_bytes), sum(data_uncompressed_bytes) "
         f"FROM {tables.parts_source(store)} "
-        "WHERE database = {db:String} AND table = {table:String} AND active AND rows > 0",
+        "WHERE database = {db:String} AND table = {table:String} AND active AND rows > 0 "
+        "GROUP BY hostName(), partition_id",
         {"db": store.database, "table": tables.local_name(store, table)},
     )
-    return {(host, name): dict(zip(SIZES, sizes, strict=True)) for host, name, *sizes in rows}
+    sizes = {(host, pid): dict(zip(SIZES, map(int, b), strict=True)) for host, pid, _, *b in rows}
+    return sizes, sum(int(row[2]) for row in rows)
 
 
 def table_usage(store: ClickHouse, table: str) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
     """(the table's totals, {project_id: that project's share})."""
-    parts = _parts(store, table)
+    partitions, part_count = _partitions(store, table)
     column = tables.TIME_COLUMNS[table]
-    # hostName() tells shards apart in a cluster, where part names repeat across shards.
+    # Shared out by partition, not by part: a merge that ended between the two queries
+    # renamed the parts, and rows counted under a new part's name found no bytes, so
+    # every project could show 0 bytes. A partition keeps its id through merges.
+    # hostName() tells shards apart in a cluster, where partition ids repeat across shards.
     counts = store.query_rows(
-        f"SELECT hostName(), _part, project_id, count(), min({column}), max({column}) "
-        f"FROM {table} GROUP BY hostName(), _part, project_id"
+        f"SELECT hostName(), _partition_id, project_id, count(), min({column}), max({column}) "
+        f"FROM {table} GROUP BY hostName(), _partition_id, project_id"
     )
     visible: collections.Counter[tuple[str, str]] = collections.Counter()
-    for host, part, _, count, _, _ in counts:
-        visible[(host, part)] += count
+    for host, partition, _, count, _, _ in counts:
+        visible[(host, partition)] += count
     total = _zero()
     projects: dict[int, dict[str, Any]] = collections.defaultdict(_zero)
-    for host, part, project_id, count, oldest, newest in counts:
-        sizes = parts.get((host, part), dict.fromkeys(SIZES, 0))
-        share = {k: v * count / visible[(host, part)] for k, v in sizes.items()}
+    for host, partition, project_id, count, oldest, newest in counts:
+        # A partition made after the first query (a new day, a new retention) has no bytes
+        # counted yet: its rows count, its bytes show in the next report.
+        sizes = partitions.get((host, partition), dict.fromkeys(SIZES, 0))
+        share = {k: v * count / visible[(host, partition)] for k, v in sizes.items()}
         _add(projects[int(project_id)], count, share, (oldest, newest))
         _add(total, count, dict.fromkeys(SIZES, 0), (oldest, newest))
-    for sizes in parts.values():  # exact bytes, including parts only holding deleted rows
+    for sizes in partitions.values():  # exact bytes, including parts only holding deleted rows
         _add(total, 0, sizes, (None, None))
-    # A part's name starts with its partition id: "<partition_id>_<min>_<max>_<level>".
-    total.update(parts=len(parts), partitions=len({name.split("_")[0] for _, name in parts}))
+    total.update(parts=part_count, partitions=len({pid for _, pid in partitions}))
     return total, projects
 
 

@@ -4,10 +4,14 @@ data that came in through the real ingest endpoint where the test is about inges
 from __future__ import annotations
 
 import datetime as dt
+import sqlite3
 
 import pytest
+import sqlalchemy as sa
 
+from errortrack.auth.tokens import sha256
 from errortrack.ingest.auth import KeyCache
+from errortrack.models import ApiToken
 from tests import storage_rows as rows
 from tests.access_world import build_world
 from tests.ingest_support import log_envelope, make_project, sentry_auth
@@ -101,6 +105,15 @@ def test_cleanup_over_http_dry_run_then_for_real(world, clickhouse):
         ({"older_than_days": 30, "project_id": 2**63}, "project_id"),  # and on SQLite
         ({"older_than_days": 30, "project_id": 2**64 - 1, "dry_run": True}, "project_id"),
         ({"older_than_days": 30, "dry_run": "perhaps"}, "dry_run"),
+        # Read as booleans by marshmallow's Bool until the nineteenth session: "no" and 0
+        # deleted for real.
+        ({"older_than_days": 30, "dry_run": "no"}, "dry_run"),
+        ({"older_than_days": 30, "dry_run": "off"}, "dry_run"),
+        ({"older_than_days": 30, "dry_run": "0"}, "dry_run"),
+        ({"older_than_days": 30, "dry_run": 0}, "dry_run"),
+        ({"older_than_days": 30, "dry_run": "yes"}, "dry_run"),
+        ({"older_than_days": 30, "dry_run": 1}, "dry_run"),
+        ({"older_than_days": 30, "dry_run": None}, "dry_run"),
         ({"older_than_days": 30, "everything": True}, "everything"),
     ],
 )
@@ -122,3 +135,65 @@ def test_only_global_admins_may_clean_up(world, clickhouse, caller):
     assert world.call(caller, "GET", "/api/storage").status_code == 403
     assert world.call("anonymous", "GET", "/api/storage").status_code == 401
     assert rows.counts(clickhouse) == {"logs": 1, "events": 1, "spans": 1}
+
+
+def _relational_writes_free(world, database_url) -> bool:
+    """Whether another writer could write now: on SQLite, take the database's one write
+    lock; on PostgreSQL, update the token rows (the request's own update locks its row)."""
+    if database_url.startswith("sqlite"):
+        path = database_url.removeprefix("sqlite:///")
+        other = sqlite3.connect(path, timeout=0, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("COMMIT")
+            return True
+        except sqlite3.OperationalError:  # database is locked
+            return False
+        finally:
+            other.close()
+    with world.state.engine.connect() as conn:
+        conn.execute(sa.text("SET lock_timeout = '200ms'"))
+        try:
+            conn.execute(sa.text("UPDATE api_tokens SET last_used_at = last_used_at"))
+        except sa.exc.OperationalError:  # lock not available
+            return False
+        return True
+
+
+@pytest.mark.parametrize("request_", ["cleanup", "usage"])
+def test_storage_requests_hold_no_relational_lock_during_clickhouse_work(
+    world, clickhouse, database_url, monkeypatch, request_
+):
+    """A token last used over a minute ago (or never) has its last_used_at written by
+    the request. Until the nineteenth session that write's transaction stayed open
+    through the ClickHouse work: on SQLite the database's only write lock, held through
+    every drop, delete and scan (seconds for a project's cleanup), stalled the ingest
+    writer's grouping hook, logins and every other writer."""
+    now = world.state.clock()
+    rows.add_all(clickhouse, world.project_id, [now - 40 * D, now - 39 * D], retention=3650)
+    token = world.add_token(world.users["admin"])  # never used: its first use writes
+    free: list[bool] = []
+    if request_ == "cleanup":
+        method, path, body = "POST", "/api/storage/cleanup", {
+            "older_than_days": 30, "project_id": world.project_id
+        }  # fmt: skip
+        name, marker = "command", "DELETE FROM"
+    else:
+        method, path, body = "GET", "/api/storage", None
+        name, marker = "query_rows", "system.parts"
+    real = getattr(clickhouse, name)
+
+    def watched(sql, *args, **kwargs):
+        if marker in sql:
+            free.append(_relational_writes_free(world, database_url))
+        return real(sql, *args, **kwargs)
+
+    monkeypatch.setattr(clickhouse, name, watched)
+    resp = world.client.simulate_request(
+        method, path, json=body, headers={"Authorization": f"Bearer {token}"}
+    )
+    assert resp.status_code == 200, resp.text
+    assert free and all(free), free
+    with world.state.sessions() as s:  # and the token's use was recorded all the same
+        query = sa.select(ApiToken.last_used_at).where(ApiToken.token_hash == sha256(token))
+        assert s.scalar(query) == now

@@ -159,3 +159,41 @@ def test_the_longest_retention_allowed_keeps_its_rows(clickhouse, today):
     assert expiry == 1
     with pytest.raises(SettingsError, match="RETENTION_DAYS"):
         Settings.from_env({"ERRORTRACK_RETENTION_DAYS": str(MAX_RETENTION_DAYS + 1)})
+
+
+def test_a_refused_drop_is_logged_and_the_pass_goes_on(
+    clickhouse, sessions, today, caplog, monkeypatch
+):
+    """Until the nineteenth session one refused drop ended the pass: the partitions
+    after it, the disk cap and the removal of issues without events all waited."""
+    from clickhouse_connect.driver.exceptions import DatabaseError
+
+    with db.unit_of_work(sessions) as s:
+        pid = create_project(s, name="p").id
+        seen = today - 5 * D
+        empty = Issue(project_id=pid, fingerprint="e", title="e", first_seen=seen, last_seen=seen)
+        s.add(empty)
+        s.flush()
+        empty_id = empty.id
+    rows.add_all(clickhouse, 999, [today - 3 * D, today - 2 * D], retention=30)
+    refused = f"{(today - 3 * D):%Y%m%d}-30"
+    real = clickhouse.command
+
+    # The one stand-in: ClickHouse refusing one partition (every other statement runs).
+    def command(sql, parameters=None, settings=None):
+        if "ALTER TABLE events" in sql and (parameters or {}).get("pid") == refused:
+            raise DatabaseError("Code: 359. DB::Exception: Table or Partition was not dropped")
+        return real(sql, parameters=parameters, settings=settings)
+
+    monkeypatch.setattr(clickhouse, "command", command)
+    logged = caplog.at_level("INFO", logger="errortrack.storage.retention")
+    with logged, db.unit_of_work(sessions) as s:
+        report = retention.run_pass(
+            s, clickhouse, now=today + 29 * D, seen_orphans=frozenset({empty_id})
+        )
+    assert [(p.table, p.partition_id) for p in report.failed] == [("events", refused)]
+    assert len(report.expired) == 5  # the other day in every table, the refused day's others
+    assert report.bytes_after == report.failed[0].bytes_on_disk
+    assert rows.counts(clickhouse) == {"logs": 0, "events": 1, "spans": 0}
+    assert report.issues_removed == 1  # the pass's last step still ran
+    assert f"could not drop events partition {refused}" in caplog.text

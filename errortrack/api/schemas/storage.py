@@ -7,6 +7,7 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
+from errortrack.api.schemas.access import _JSONBool
 from errortrack.db import MAX_ID
 from errortrack.storage.cleanup import MAX_DAYS
 
@@ -83,7 +84,9 @@ class CleanupIn(Schema):
         strict=True,
         validate=validate.Range(min=1, max=MAX_ID),
     )
-    dry_run = fields.Bool(load_default=False)
+    # Strict: marshmallow's Bool read "no", "off", "0" and 0 as false, so a caller who
+    # meant a dry run in any of those words deleted for real.
+    dry_run = _JSONBool(load_default=False)
 
 
 _Counts = Schema.from_dict({t: fields.Int(required=True) for t in TABLES}, name="TableCounts")
