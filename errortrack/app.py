@@ -15,7 +15,7 @@ from errortrack.api import logs as logs_api
 from errortrack.api import storage as storage_api
 from errortrack.api import traces as traces_api
 from errortrack.api.auth import Authentication
-from errortrack.api.middleware import DatabaseSessions, RenderJSON
+from errortrack.api.middleware import DatabaseSessions, HeadAsGet, RenderJSON
 from errortrack.auth.throttle import LoginThrottle
 from errortrack.config import Settings
 from errortrack.state import AppState
@@ -51,6 +51,8 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     # Answers are processed in reverse: RenderJSON first, so a 500 it makes still rolls
     # the request's transaction back.
     middleware: list[Any] = [
+        # First, so that everything after it routes and answers a HEAD as a GET.
+        HeadAsGet(),
         DatabaseSessions(state.sessions),
         Authentication(state.clock),
         RenderJSON(),

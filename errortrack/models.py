@@ -41,6 +41,9 @@ class User(Base):
             sqlite_where=sa.text("is_primary"),
             postgresql_where=sa.text("is_primary"),
         ),
+        # The API names users by id: SQLite without AUTOINCREMENT gave a deleted user's
+        # id to the next one, and a script holding it acted on someone else (0008).
+        {"sqlite_autoincrement": True},
     )
 
 
@@ -62,6 +65,8 @@ class ProjectKey(Base):
     """A public ingest key (the user part of a DSN). A project may have several."""
 
     __tablename__ = "project_keys"
+    # Keys are named by id over the API: never reuse a deleted one's (as users, 0008).
+    __table_args__ = {"sqlite_autoincrement": True}
 
     id: Mapped[int] = mapped_column(primary_key=True)
     project_id: Mapped[int] = mapped_column(sa.ForeignKey("projects.id", ondelete="CASCADE"))
@@ -108,6 +113,8 @@ class Invitation(Base):
 
 class ApiToken(Base):
     __tablename__ = "api_tokens"
+    # Tokens are named by id over the API: never reuse a revoked one's (as users, 0008).
+    __table_args__ = {"sqlite_autoincrement": True}
 
     id: Mapped[int] = mapped_column(primary_key=True)
     user_id: Mapped[int] = mapped_column(sa.ForeignKey("users.id", ondelete="CASCADE"), index=True)

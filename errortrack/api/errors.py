@@ -11,8 +11,9 @@ from typing import Any
 
 import falcon
 import falcon.asgi
+import sqlalchemy.exc
 
-from errortrack.errors import ErrortrackError
+from errortrack.errors import ErrortrackError, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,25 @@ def _falcon(req: falcon.Request, resp: falcon.Response, ex: falcon.HTTPError, _p
         resp.set_headers(ex.headers)
 
 
+# Seconds a client should wait after a 503 for an unreachable store, as /readyz says.
+RETRY_AFTER = 5
+
+
+def _store_unreachable(req: falcon.Request, resp: falcon.Response, ex: Exception, p: Any) -> None:
+    # The relational store refused or dropped the connection (restarting, full, locked):
+    # every call failed as a 500 internal_error, which says "a bug, don't retry"; /readyz
+    # already answers an outage as 503 with Retry-After. Integrity and programming errors
+    # are other classes and stay 500s. Where the store lives and why it failed are logged,
+    # not answered (anyone may call /auth/login).
+    log.error("relational store unavailable on %s %s: %s", req.method, req.path, ex)
+    _domain(
+        req,
+        resp,
+        Unavailable("relational store unavailable; retry later", retry_after=RETRY_AFTER),
+        p,
+    )
+
+
 def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception, _p: Any) -> None:
     log.exception("unhandled error on %s %s", req.method, req.path)
     resp.status = 500
@@ -66,6 +86,8 @@ _HANDLERS: list[tuple[type[Exception], Any]] = [
     (Exception, _unexpected),
     (falcon.HTTPError, _falcon),
     (ErrortrackError, _domain),
+    (sqlalchemy.exc.OperationalError, _store_unreachable),
+    (sqlalchemy.exc.InterfaceError, _store_unreachable),
 ]
 
 

@@ -83,3 +83,35 @@ class RenderJSON:
             resp.status = falcon.HTTP_500
             resp.data = orjson.dumps(error_body("internal_error", "internal server error"))
         resp.content_type = falcon.MEDIA_JSON
+
+
+class HeadAsGet:
+    """HEAD wherever GET is served (RFC 9110): routed and answered as the GET, then
+    Falcon, seeing HEAD again, sends the GET's status and headers (its Content-Length
+    too) without the body. Only the health probes had ``on_head``; every API route was a
+    405. Done here rather than with an ``on_head`` per resource so that the routes, the
+    OpenAPI document and the permission table keep listing GET alone."""
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if req.method == "HEAD":
+            req.context.head = True
+            req.method = "GET"
+
+    def process_resource(
+        self, req: falcon.Request, resp: falcon.Response, resource: Any, params: Any
+    ) -> None:
+        if getattr(req.context, "head", False) and getattr(resource, "on_get", None) is None:
+            # No GET here: the route's 405 (or the static route) answers the HEAD as such.
+            req.method = "HEAD"
+
+    def process_response(
+        self, req: falcon.Request, resp: falcon.Response, resource: Any, req_succeeded: bool
+    ) -> None:
+        if getattr(req.context, "head", False):
+            req.method = "HEAD"
+        allow = resp.get_header("Allow")
+        if allow:
+            methods = [m.strip() for m in allow.split(",")]
+            if "GET" in methods and "HEAD" not in methods:
+                methods.insert(methods.index("GET") + 1, "HEAD")
+                resp.set_header("Allow", ", ".join(methods))

@@ -118,6 +118,9 @@ def _operation(
 
 
 def _success(doc: ApiDoc) -> dict[str, Any]:
+    if doc.status >= 400:
+        # An endpoint that only refuses (POST /auth/register) answers with the error body.
+        return {"description": "Refused", "content": {"application/json": {"schema": Error}}}
     if doc.response is None:
         return {"description": "Done; no body"}
     schema = doc.response(many=True) if doc.many else doc.response

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import re
 import secrets
 
 import sqlalchemy as sa
@@ -25,6 +26,8 @@ from errortrack.models import GLOBAL_ROLES, Invitation, User
 from errortrack.team.users import check_password, normalise_email
 
 LIFETIME = dt.timedelta(hours=48)
+# What an invitation's token can be: URL-safe base64, at most the column's length.
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def link(public_url: str, token: str) -> str:
@@ -99,6 +102,11 @@ def find_usable(
     session: Session, token: str, *, now: dt.datetime, lock: bool = False
 ) -> Invitation:
     """The invitation behind ``token`` if it can still be accepted; else 404 or 410."""
+    if not _TOKEN.fullmatch(token):
+        # Not one we make (secrets.token_urlsafe), so no invitation's: answered before
+        # the query, as PostgreSQL refuses a NUL in text (a 500 for anyone, without
+        # credentials, for /auth/invitations/abc%00def).
+        raise NotFound("invitation not found")
     if lock:
         # A no-op UPDATE locks the row on Postgres and, on SQLite, starts the write
         # transaction before the read below, so two accepts of one token queue up and the
@@ -112,7 +120,7 @@ def find_usable(
     query = sa.select(Invitation).where(Invitation.token == token)
     # populate_existing: after waiting for the lock, read the row as it is now.
     invitation = session.scalar(query.execution_options(populate_existing=lock))
-    if invitation is None or not token:
+    if invitation is None:
         raise NotFound("invitation not found")
     _check_usable(invitation, now)
     return invitation

@@ -334,6 +334,107 @@ def test_the_one_primary_migration_keeps_the_first_of_several(tmp_path):
         relational.upgrade(url)
 
 
+def _user(session, email, *, primary=False):
+    from errortrack.models import User
+
+    user = User(email=email, password_hash="x", role="admin", is_primary=primary)
+    session.add(user)
+    session.flush()
+    return user.id
+
+
+def test_deleted_users_tokens_and_keys_ids_are_never_given_again(tmp_path):
+    # A script holding "user 8" (PATCH /api/team/8, DELETE .../members/8) acted on the
+    # next person invited once user 8 was deleted: SQLite without AUTOINCREMENT reused it.
+    from errortrack.auth.tokens import create_token, revoke_token
+    from errortrack.models import User
+    from errortrack.projects.keys import create_key, delete_key
+    from errortrack.projects.service import create_project
+
+    now = dt.datetime.now(dt.UTC)
+    with scratch_database(tmp_path) as url:
+        relational.upgrade(url)
+        engine, sessions = _sessions(url)
+        with sessions.begin() as s:
+            keeper = _user(s, "keeper@example.com")
+            gone_user = _user(s, "gone@example.com")
+            token = create_token(s, user_id=keeper, description="t", now=now).token.id
+            project = create_project(s, name="p").id
+            key = create_key(s, project).id
+        with sessions.begin() as s:
+            s.delete(s.get(User, gone_user))
+            revoke_token(s, user_id=keeper, token_id=token)
+            delete_key(s, project, key)
+        with sessions.begin() as s:
+            assert _user(s, "new@example.com") > gone_user
+            assert create_token(s, user_id=keeper, description="t", now=now).token.id > token
+            assert create_key(s, project).id > key
+        engine.dispose()
+
+
+def test_the_0008_autoincrement_migration_keeps_users_tokens_keys_and_their_constraints(
+    tmp_path,
+):
+    from errortrack.models import ApiToken, LoginSession, ProjectKey, ProjectMember, User
+
+    now = dt.datetime.now(dt.UTC)
+    with scratch_database(tmp_path) as url:
+        relational.upgrade(url, "0007")
+        engine, sessions = _sessions(url)
+        with sessions.begin() as s:
+            users = [_user(s, f"u{i}@example.com", primary=i == 0) for i in range(3)]
+            project = _old_project(s, "p")
+            for i, user in enumerate(users):
+                s.add(ApiToken(user_id=user, description=f"t{i}", prefix="p", token_hash=f"{i}"))
+                s.add(ProjectMember(project_id=project, user_id=user, role="viewer"))
+                s.add(LoginSession(user_id=user, token_hash=f"{i}", csrf_token="c", expires_at=now))
+            s.add(ProjectKey(project_id=project, public_key="b" * 32, label="second"))
+        engine.dispose()
+        relational.upgrade(url)
+        engine, sessions = _sessions(url)
+        with sessions.begin() as s:
+            kept = s.execute(sa.select(User.id, User.email, User.is_primary).order_by(User.id))
+            assert [tuple(r) for r in kept] == [
+                (u, f"u{i}@example.com", i == 0) for i, u in enumerate(users)
+            ]
+            tokens = s.execute(sa.select(ApiToken.user_id, ApiToken.description))
+            assert sorted(tokens) == [(u, f"t{i}") for i, u in enumerate(users)]
+            keys = s.execute(sa.select(ProjectKey.id, ProjectKey.label).order_by(ProjectKey.id))
+            key_ids = [k for k, _ in keys]
+            assert len(key_ids) == 2
+            # Not cascaded away by the rebuilds.
+            members = s.scalars(sa.select(ProjectMember.user_id).order_by(ProjectMember.user_id))
+            assert list(members) == users
+            assert s.scalar(sa.select(sa.func.count()).select_from(LoginSession)) == 3
+            s.delete(s.get(User, users[-1]))  # its token, membership and session go with it
+            s.delete(s.get(ProjectKey, key_ids[-1]))
+            token_ids = sorted(s.scalars(sa.select(ApiToken.id)))
+            s.delete(s.get(ApiToken, token_ids[-1]))
+        with sessions.begin() as s:
+            assert _user(s, "new@example.com") > users[-1]
+            new_key = ProjectKey(project_id=project, public_key="c" * 32)
+            new_token = ApiToken(user_id=users[0], description="n", prefix="p", token_hash="n")
+            s.add_all([new_key, new_token])
+            s.flush()
+            assert new_key.id > key_ids[-1] and new_token.id > token_ids[-1]
+            assert s.scalar(sa.select(sa.func.count()).select_from(ProjectMember)) == 2
+        # The constraints still hold: one primary user (the partial index), unique emails,
+        # roles, and the foreign keys of tokens and keys.
+        for broken in (
+            lambda s: _user(s, "second-primary@example.com", primary=True),
+            lambda s: _user(s, "u0@example.com"),
+            lambda s: s.execute(sa.text("UPDATE users SET role = 'boss'")),
+            lambda s: s.add(ApiToken(user_id=10**6, description="x", prefix="p", token_hash="x")),
+            lambda s: s.add(ProjectKey(project_id=10**6, public_key="d" * 32)),
+        ):
+            with pytest.raises(sa.exc.IntegrityError), sessions.begin() as s:
+                broken(s)
+                s.flush()
+        engine.dispose()
+        relational.downgrade(url, "0007")
+        relational.upgrade(url)
+
+
 @pytest.mark.skipif(not TEST_PG, reason="several instances share a Postgres database")
 def test_instances_starting_at_once_all_migrate_a_fresh_database(tmp_path):
     # Several app instances behind a load balancer start together: their side-by-side

@@ -2,15 +2,20 @@
 
 ``...In`` schemas validate request bodies (unknown fields are refused); ``...Out``
 schemas shape responses. Emails and names are checked again by the services, which are
-the single source of their rules; the schemas check types and enumerations.
+the single source of their rules; the schemas check types and enumerations, and their
+metadata tells the OpenAPI document those rules (a length, a range, an email's shape)
+without checking them twice, so that the services' messages stay the answers.
 """
 
 from __future__ import annotations
 
 from marshmallow import Schema, fields, validate
 
+from errortrack.auth.passwords import MIN_LENGTH as MIN_PASSWORD
+from errortrack.config import MAX_RETENTION_DAYS
 from errortrack.db import MAX_ID
 from errortrack.models import GLOBAL_ROLES, PROJECT_ROLES
+from errortrack.projects.keys import MAX_LABEL
 
 _global_role = validate.OneOf(GLOBAL_ROLES)
 _project_role = validate.OneOf(PROJECT_ROLES)
@@ -29,6 +34,26 @@ class UserOut(Schema):
 # is longer than 320 characters (RFC 3696); 1024 leaves room for any passphrase.
 _email = validate.Length(max=320)
 _password = validate.Length(max=1024)
+
+# The services' rules, as the document states them (a request the document allows must
+# be one the server takes: tests/e2e/test_schemathesis.py checks it). Names and
+# descriptions are trimmed and then 1 to 200 characters (projects.service, auth.tokens):
+# "not blank" is a pattern, the length is counted before trimming, which is stricter.
+# Whitespace as Python's str.strip() and re's \s see it, spelled out: a JSON Schema's \s
+# is ECMAScript's, which leaves out \x1c-\x1f and \x85 (a name of "\x85" passed the
+# document's "\S" and was blank to the server) and takes in \ufeff.
+_SPACE = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+# No text may hold NUL (api.schemas.load refuses it everywhere: PostgreSQL cannot store it).
+_NO_NUL = r"^[^\x00]*$"
+_NAME_MAX = 200
+_named = {
+    "minLength": 1,
+    "maxLength": _NAME_MAX,
+    "pattern": rf"^[^\x00]*[^\x00{_SPACE}][^\x00]*$",
+}
+# team.users.normalise_email: its pattern and length (on the trimmed, lower-cased NFC form).
+_part = rf"[^\x00@{_SPACE}]+"
+_email_shape = {"maxLength": 320, "pattern": rf"^{_part}@{_part}\.{_part}$"}
 
 
 class LoginIn(Schema):
@@ -58,7 +83,7 @@ class RoleIn(Schema):
 
 
 class InvitationIn(Schema):
-    email = fields.Str(required=True)
+    email = fields.Str(required=True, metadata=_email_shape)
     role = fields.Str(required=True, validate=_global_role)
 
 
@@ -82,16 +107,26 @@ class InvitationPublicOut(Schema):
 
 
 class AcceptIn(Schema):
-    password = fields.Str(required=True, validate=_password)
+    password = fields.Str(
+        required=True, validate=_password, metadata={"minLength": MIN_PASSWORD, "pattern": _NO_NUL}
+    )
 
 
 class ProjectIn(Schema):
-    name = fields.Str(required=True)
+    name = fields.Str(required=True, metadata=_named)
 
 
 class ProjectPatchIn(Schema):
-    name = fields.Str()
-    retention_days = fields.Int(strict=True, allow_none=True)
+    name = fields.Str(metadata=_named)
+    retention_days = fields.Int(
+        strict=True,
+        allow_none=True,
+        metadata={
+            "minimum": 1,
+            "maximum": MAX_RETENTION_DAYS,
+            "description": "Days; null: the instance default",
+        },
+    )
 
 
 class ProjectOut(Schema):
@@ -113,11 +148,14 @@ class _JSONBool(fields.Boolean):
 
 
 class KeyIn(Schema):
-    label = fields.Str(allow_none=True, metadata={"description": "What the key is for"})
+    label = fields.Str(
+        allow_none=True,
+        metadata={"description": "What the key is for", "maxLength": MAX_LABEL, "pattern": _NO_NUL},
+    )
 
 
 class KeyPatchIn(Schema):
-    label = fields.Str(allow_none=True)
+    label = fields.Str(allow_none=True, metadata={"maxLength": MAX_LABEL, "pattern": _NO_NUL})
     is_active = _JSONBool(metadata={"description": "false: ingest refuses the key (403)"})
 
 
@@ -147,7 +185,7 @@ class MemberOut(Schema):
 
 
 class TokenIn(Schema):
-    description = fields.Str(required=True)
+    description = fields.Str(required=True, metadata=_named)
 
 
 class TokenOut(Schema):
