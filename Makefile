@@ -20,8 +20,10 @@ $(VENV)/.dev: $(BIN)/errortrack
 	$(BIN)/pip install -q -e '.[openapi,dev]'
 	@touch $@
 
+# DSNs and invitation links are built from ERRORTRACK_PUBLIC_URL: unless it is set, they
+# point where this target serves (its default, port 8000, is wrong for PORT=...).
 run: $(BIN)/errortrack ## Create the virtualenv, install, and serve on http://$(HOST):$(PORT) (embedded stores)
-	$(BIN)/errortrack serve --host $(HOST) --port $(PORT)
+	ERRORTRACK_PUBLIC_URL="$${ERRORTRACK_PUBLIC_URL:-http://$(HOST):$(PORT)}" $(BIN)/errortrack serve --host $(HOST) --port $(PORT)
 
 install-dev: $(VENV)/.dev ## Install the package with the dev and openapi extras
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
-import gc
 import logging
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -65,12 +66,34 @@ def _root_cause(exc: BaseException) -> str:
     return (lines[0] if lines else type(exc).__name__)[:300]
 
 
+@contextlib.contextmanager
+def relational_store_errors() -> Iterator[None]:
+    """A relational store that cannot be reached, in the block, is one ``Error:`` line
+    (a ClickException), as `check` says it, not a driver's traceback."""
+    import sqlalchemy as sa
+
+    try:
+        yield
+    except sa.exc.OperationalError as exc:
+        raise click.ClickException(
+            f"relational store (ERRORTRACK_DATABASE_URL): {_root_cause(exc)}"
+        ) from None
+
+
+def upgrade_relational(settings: Settings) -> None:
+    """Bring the relational store to head (migrate, bootstrap, token create); one
+    ``Error:`` line when it cannot be reached."""
+    if not settings.database_url:
+        _make_data_dir(settings)
+    with relational_store_errors():
+        relational.upgrade(settings.resolved_database_url)
+
+
 def migrate_all(settings: Settings) -> tuple[list[str], list[str]]:
     """Apply both stores' migrations; return what ClickHouse applied now.
 
     A store that cannot be reached (or a data dir that cannot be) is one line and a
     ClickException, as `check` says it, not a driver's traceback."""
-    import sqlalchemy as sa
     from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
     from errortrack.analytics import ClickHouse
@@ -78,12 +101,7 @@ def migrate_all(settings: Settings) -> tuple[list[str], list[str]]:
 
     if not settings.database_url or not settings.clickhouse_url:
         _make_data_dir(settings)
-    try:
-        relational.upgrade(settings.resolved_database_url)
-    except sa.exc.OperationalError as exc:
-        raise click.ClickException(
-            f"relational store (ERRORTRACK_DATABASE_URL): {_root_cause(exc)}"
-        ) from None
+    upgrade_relational(settings)
     store = ClickHouse(settings.resolved_clickhouse_url, cluster=settings.clickhouse_cluster)
     # The driver also logs a refused connection as a warning: the error below says it.
     driver_log = logging.getLogger("clickhouse_connect")
@@ -109,12 +127,21 @@ def migrate(from_serve: bool) -> None:
     try:
         _, applied = migrate_all(settings)
     except Exception as exc:
-        if _engine_in_use(exc):
+        if not _engine_in_use(exc):
+            raise
+        # The directory chDB refused: ERRORTRACK_CLICKHOUSE_URL may place it outside the
+        # data dir, whose own lock was free (else _refuse_if_served said so).
+        where = settings.resolved_clickhouse_url.removeprefix("chdb://")
+        if from_serve:
             raise click.ClickException(
-                f"the embedded ClickHouse store in {settings.data_dir} is in use by a running "
-                "server; `errortrack serve` applies migrations itself when it starts"
+                f"another process holds the embedded ClickHouse store at {where} "
+                "(chDB allows one process per directory); stop it, or give this server "
+                "its own ERRORTRACK_DATA_DIR or ERRORTRACK_CLICKHOUSE_URL"
             ) from None
-        raise
+        raise click.ClickException(
+            f"the embedded ClickHouse store at {where} is in use by another process "
+            "(a running server?); `errortrack serve` applies migrations itself when it starts"
+        ) from None
     click.echo("relational store: at head")
     click.echo(f"clickhouse: applied {', '.join(applied) if applied else 'nothing (up to date)'}")
 
@@ -157,12 +184,10 @@ def bootstrap(email: str, password_file: IO[str] | None) -> None:
     from errortrack.team.users import bootstrap_primary
 
     settings = _settings()
-    if not settings.database_url:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    relational.upgrade(settings.resolved_database_url)
+    upgrade_relational(settings)
     engine = db.make_engine(settings.resolved_database_url)
     factory = db.make_sessionmaker(engine)
-    with factory() as session:
+    with relational_store_errors(), factory() as session:
         if session.scalar(sa.select(sa.func.count()).select_from(User)):
             click.echo(
                 "error: a user already exists; bootstrap only creates the first account", err=True
@@ -175,7 +200,7 @@ def bootstrap(email: str, password_file: IO[str] | None) -> None:
     else:
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
     try:
-        with db.unit_of_work(factory) as session:
+        with relational_store_errors(), db.unit_of_work(factory) as session:
             user = bootstrap_primary(session, email=email, password=password)
     except ErrortrackError as exc:
         click.echo(f"error: {exc.message}", err=True)
@@ -185,9 +210,11 @@ def bootstrap(email: str, password_file: IO[str] | None) -> None:
 
 def _refuse_if_served(settings: Settings) -> None:
     if settings.embedded_clickhouse and _data_dir_locked(settings):
+        where = settings.resolved_clickhouse_url.removeprefix("chdb://")
         raise click.ClickException(
-            f"the embedded ClickHouse store in {settings.data_dir} is in use by a running "
-            "server; `errortrack serve` applies migrations itself when it starts"
+            f"the embedded ClickHouse store at {where} is in use by a running server "
+            f"(on data dir {settings.data_dir.resolve()}); `errortrack serve` applies "
+            "migrations itself when it starts"
         )
 
 
@@ -208,6 +235,30 @@ def _data_dir_locked(settings: Settings) -> bool:
     return False
 
 
+class DataDirInUse(Exception):
+    """Another server holds the data dir's lock."""
+
+
+def lock_data_dir(settings: Settings, *, shared: bool = False) -> IO[str]:
+    """The data dir's lock, held as long as the returned file is open.
+
+    ``serve`` holds it exclusively in gunicorn's master; a worker of a plain ``gunicorn
+    -k asgi 'errortrack.asgi:build()'`` holds it shared (its sibling workers, and the
+    worker that replaces it on a reload, run beside it). Either excludes the other.
+    """
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    handle = _lock_path(settings).open("a+")
+    try:
+        fcntl.flock(handle, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise DataDirInUse(
+            f"another errortrack server is already running on data dir "
+            f"{settings.data_dir.resolve()}; stop it or choose another ERRORTRACK_DATA_DIR"
+        ) from None
+    return handle
+
+
 def _take_data_dir(settings: Settings) -> IO[str]:
     """Hold an exclusive lock on the data dir for the server's lifetime.
 
@@ -215,15 +266,10 @@ def _take_data_dir(settings: Settings) -> IO[str]:
     same directory must stop with a sentence, not a chDB traceback.
     """
     _make_data_dir(settings)
-    handle = _lock_path(settings).open("a+")
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise click.ClickException(
-            f"another errortrack server is already running on data dir "
-            f"{settings.data_dir.resolve()}; stop it or choose another ERRORTRACK_DATA_DIR"
-        ) from None
-    return handle
+        return lock_data_dir(settings)
+    except DataDirInUse as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command()
@@ -246,6 +292,7 @@ def serve(host: str, port: int, workers: int | None, threads: int) -> None:
     settings = _settings()
     lock = _take_data_dir(settings)
     _log_to_stderr(settings.log_level)
+    _warn_if_public_url_elsewhere(settings, host, port)
     # chDB's allocator (jemalloc, read from this variable when the worker loads chDB)
     # keeps freed pages for 5 s by default; under ingest each insert frees tens of MB,
     # so the worker's peak RSS grew with that backlog. An explicit value wins.
@@ -292,6 +339,31 @@ def serve(host: str, port: int, workers: int | None, threads: int) -> None:
     lock.close()
 
 
+# Addresses that reach a server listening on every interface from the same machine.
+_ANY_HOST = {"0.0.0.0", "::", "[::]", ""}
+
+
+def _warn_if_public_url_elsewhere(settings: Settings, host: str, port: int) -> None:
+    """DSNs and invitation links are built from ERRORTRACK_PUBLIC_URL; left at its
+    default while serving elsewhere, they point where nothing listens, and SDKs
+    configured from them fail silently."""
+    from urllib.parse import urlsplit
+
+    default = Settings.__dataclass_fields__["public_url"].default
+    if settings.public_url != default:
+        return  # set (to what people reach, which may well differ from the bind address)
+    public = urlsplit(default)
+    if port == public.port and (host == public.hostname or host in _ANY_HOST):
+        return
+    logging.getLogger(__name__).warning(
+        "ERRORTRACK_PUBLIC_URL is not set: DSNs and invitation links will point at %s, "
+        "not at this server on %s:%d; set it to the URL people and SDKs reach",
+        default,
+        host,
+        port,
+    )
+
+
 def _log_to_stderr(level: str) -> None:
     """Send the ``errortrack`` loggers to stderr beside gunicorn's own lines.
 
@@ -308,25 +380,22 @@ def _log_to_stderr(level: str) -> None:
 
 
 def _start_background(worker: Any) -> None:
+    # Also started by the ASGI lifespan, which comes after this hook; the first start
+    # counts (asgi.Lifecycle), and it freezes the start-up objects out of the GC.
     from errortrack import asgi
 
-    assert asgi.state is not None  # built by load(), before this hook
-    asgi.state.start_background()
-    # Everything built so far (modules, the app, the stores' clients: ~80k objects) lives
-    # as long as the worker. Left to the cyclic GC, each full collection walks them all
-    # while holding the GIL: under bench.ingest_logs that was 34 pauses of 63 ms (median,
-    # up to 116 ms) in 40 s, the slowest requests' whole delay (bench/RESULTS.md, fifth
-    # session). Frozen, they are never scanned again.
-    gc.collect()
-    gc.freeze()
+    assert asgi.lifecycle is not None  # built by load(), before this hook
+    asgi.lifecycle.start()
 
 
 def _stop_background(server: Any, worker: Any) -> None:
-    # Flushes the spool into ClickHouse; what cannot be inserted is replayed next start.
+    # The lifespan's shutdown has usually flushed the spool already; not on a quick
+    # shutdown (SIGINT, SIGQUIT), which skips it. What cannot be inserted is adopted by
+    # the next worker or replayed at the next start.
     from errortrack import asgi
 
-    if asgi.state is not None:
-        asgi.state.stop_background()
+    if asgi.lifecycle is not None:
+        asgi.lifecycle.stop()
 
 
 def _run_gunicorn(threads: int, options: dict[str, Any]) -> None:
@@ -341,7 +410,8 @@ def _run_gunicorn(threads: int, options: dict[str, Any]) -> None:
             # Built in the worker, after fork: nothing is opened before.
             from errortrack import asgi
 
-            return asgi.build(threads)
+            # serve holds the data dir's lock itself, in this (the master) process.
+            return asgi.build(threads, lock_data_dir=False)
 
     _Server().run()
 

@@ -10,8 +10,9 @@ worker topped out near 3,000 small requests/s on 2 cores, the asgi worker near 1
 
 from __future__ import annotations
 
+import asyncio
 import re
-from typing import Any
+from typing import Any, Protocol
 
 import falcon.asgi
 from a2wsgi import WSGIMiddleware
@@ -27,34 +28,91 @@ from errortrack.state import AppState
 API_THREADS = 8
 # Everything under these paths is ingest's, including a malformed project id (its 404).
 _INGEST = re.compile(r"/api/[^/]+/(?:envelope|store)/?")
+_HEALTHZ = re.compile(r"/healthz/?")
+# /healthz as the management app answers it (orjson's encoding of {"status": "ok"}).
+_HEALTHZ_BODY = b'{"status":"ok"}'
+
+
+class Lifecycle(Protocol):
+    """The worker's background work (``asgi.Lifecycle``): each call is idempotent, as
+    serve's gunicorn hooks and the ASGI lifespan both make it."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
 
 
 class ServerApp:
     """Dispatches by path: ingest to the ASGI app, the rest to the WSGI app."""
 
-    def __init__(self, ingest: falcon.asgi.App, api: falcon.App, api_threads: int) -> None:
+    def __init__(
+        self,
+        ingest: falcon.asgi.App,
+        api: falcon.App,
+        api_threads: int,
+        lifecycle: Lifecycle | None = None,
+    ) -> None:
         self.ingest = ingest
         self.api = WSGIMiddleware(api, workers=api_threads)  # type: ignore[arg-type]
+        # None for apps the tests drive in process (falcon's test client runs the
+        # lifespan around every request): they start and stop what they need themselves.
+        self.lifecycle = lifecycle
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         kind = scope["type"]
         if kind == "http" and _INGEST.fullmatch(scope["path"]):
             await self.ingest(scope, receive, send)
+        elif (
+            kind == "http"
+            and scope["method"] in ("GET", "HEAD")
+            and _HEALTHZ.fullmatch(scope["path"])
+        ):
+            await _healthz(scope, send)
         elif kind == "http":
             await self.api(scope, receive, send)
         elif kind == "lifespan":
-            await _lifespan(receive, send)
+            await _lifespan(self.lifecycle, receive, send)
         # Websockets: none are served; the server closes the connection.
 
 
-async def _lifespan(receive: Any, send: Any) -> None:
-    # Background work starts and stops in gunicorn's worker hooks (cli.py), which also
-    # run where there is no lifespan protocol; here there is nothing to do.
+async def _healthz(scope: Any, send: Any) -> None:
+    """Liveness, answered on the event loop: the management API's threads can all be
+    held by requests waiting on a store that does not answer (a network partition),
+    and a liveness probe that waited behind them would get a working process killed."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(_HEALTHZ_BODY)).encode()),
+            ],
+        }
+    )
+    body = b"" if scope["method"] == "HEAD" else _HEALTHZ_BODY
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _lifespan(lifecycle: Lifecycle | None, receive: Any, send: Any) -> None:
+    # The served app starts its background work (spool writer, retention) here as well
+    # as in serve's gunicorn hooks (cli.py, which also run where there is no lifespan,
+    # e.g. on a quick shutdown): under a plain ``gunicorn -k asgi`` the hooks are not
+    # there, and ingest answered 200 while nothing ever inserted the spool.
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
+            try:
+                if lifecycle is not None:
+                    lifecycle.start()
+            except Exception as exc:
+                # gunicorn stops on this (it does not boot the worker again and again).
+                await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                return
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            if lifecycle is not None:
+                # In a thread: the flush waits for inserts, and the loop must go on
+                # waking the requests whose records the spool syncs meanwhile.
+                await asyncio.to_thread(lifecycle.stop)
             await send({"type": "lifespan.shutdown.complete"})
             return
 
@@ -64,6 +122,7 @@ def create_server_app(
     *,
     state: AppState | None = None,
     api_threads: int = API_THREADS,
+    lifecycle: Lifecycle | None = None,
 ) -> ServerApp:
     if state is None:
         state = AppState.build(settings or Settings.from_env())
@@ -79,4 +138,4 @@ def create_server_app(
         "/api/{project_id:int}/envelope", ingest_api.Envelope(state.ingest.ingest, max_body)
     )
     app.add_route("/api/{project_id:int}/store", ingest_api.Store(state.ingest.ingest, max_body))
-    return ServerApp(app, create_app(state=state), api_threads)
+    return ServerApp(app, create_app(state=state), api_threads, lifecycle)

@@ -22,21 +22,19 @@ def create(email: str, description: str) -> None:
     """Print a new API token for an existing user (shown once)."""
     import sqlalchemy as sa
 
-    from errortrack import db, relational
+    from errortrack import db
     from errortrack.auth.tokens import create_token
-    from errortrack.cli import _settings
+    from errortrack.cli import _settings, relational_store_errors, upgrade_relational
     from errortrack.errors import ErrortrackError
     from errortrack.models import User
     from errortrack.state import utc_now
     from errortrack.team.users import email_key
 
     settings = _settings()
-    if not settings.database_url:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    relational.upgrade(settings.resolved_database_url)
+    upgrade_relational(settings)
     engine = db.make_engine(settings.resolved_database_url)
     try:
-        with db.unit_of_work(db.make_sessionmaker(engine)) as session:
+        with relational_store_errors(), db.unit_of_work(db.make_sessionmaker(engine)) as session:
             user = session.scalar(sa.select(User).where(User.email == email_key(email)))
             if user is None:
                 click.echo(f"error: no user with email {email}", err=True)

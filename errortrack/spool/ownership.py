@@ -21,6 +21,14 @@ log = logging.getLogger(__name__)
 def adopt_orphans(root: Path, own: Path, suffix: str, *, markers: str = "") -> list[Path]:
     """Move orphans' segments (and their ``markers`` files) into ``own``; return every
     segment there, oldest first."""
+    move_orphans(root, own, suffix, markers=markers)
+    return sorted(own.glob(f"*{suffix}"))
+
+
+def move_orphans(root: Path, own: Path, suffix: str, *, markers: str = "") -> list[Path]:
+    """Move orphans' segments (and their ``markers`` files) into ``own``, durably; return
+    what was moved (segments and markers), by their new paths."""
+    moved_here: list[Path] = []
     for other in sorted(root.glob("w-*")):
         if other == own or not other.is_dir():
             continue
@@ -40,6 +48,7 @@ def adopt_orphans(root: Path, own: Path, suffix: str, *, markers: str = "") -> l
             for path in [*moved, *other.glob(f"*{suffix}")]:
                 # Same name, same dedup token: a replay stays idempotent.
                 path.rename(own / path.name)
+                moved_here.append(own / path.name)
             with contextlib.suppress(FileNotFoundError):
                 (other / "lock").unlink()
             other.rmdir()
@@ -47,8 +56,9 @@ def adopt_orphans(root: Path, own: Path, suffix: str, *, markers: str = "") -> l
             log.warning("could not adopt spool directory %s: %s", other, exc)
         finally:
             os.close(fd)
-    fsync_dir(own)  # make the adopted renames durable before replaying them
-    return sorted(own.glob(f"*{suffix}"))
+    if moved_here:
+        fsync_dir(own)  # make the adopted renames durable before replaying them
+    return moved_here
 
 
 # A worker makes, locks and renames its ``.new-*`` directory within milliseconds; one

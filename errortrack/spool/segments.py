@@ -163,13 +163,38 @@ class Spool:
     def _adopt_orphans(self) -> None:
         assert self.dir is not None
         found = ownership.adopt_orphans(self.root, self.dir, SUFFIX, markers=MARKER)
+        self._take_adopted_locked(found, list(self.dir.glob(f"*{MARKER}")))
+
+    def adopt_orphans(self) -> int:
+        """Adopt the segments of directories whose lock became free since ``open``;
+        return how many. The writer calls it from time to time: gunicorn's reload (HUP)
+        starts the new worker before the old one exits, and what the old one could not
+        insert before it let its lock go would otherwise wait for the next full restart.
+        Only our segments and markers that came from an orphan are touched here, never
+        our own (a marker of ours has its segment, sealed or being written)."""
+        with self._cond:
+            if self.dir is None or self._lock_file is None:
+                return 0  # not opened, or closed: nothing to replay them into
+            own = self.dir
+        # The renames and the directory's fsync run outside the lock: the syncer thread
+        # needs it to write the requests' records, and an orphan's files are no one's.
+        moved = ownership.move_orphans(self.root, own, SUFFIX, markers=MARKER)
+        segments = sorted(p for p in moved if p.name.endswith(SUFFIX))
+        with self._cond:
+            self._take_adopted_locked(segments, [p for p in moved if p.name.endswith(MARKER)])
+        return len(segments)
+
+    def _take_adopted_locked(self, found: list[Path], markers: list[Path]) -> None:
+        """Account for adopted segments (oldest first among the sealed: their names start
+        with their creation time) and keep the markers whose segment came with them."""
         for seg in found:
-            self._sealed.append(seg)
             self._bytes += seg.stat().st_size
         if found:
+            self._sealed = collections.deque(sorted({*self._sealed, *found}, key=lambda p: p.name))
             log.info("spool: replaying %d leftover segment(s)", len(found))
+            self._cond.notify_all()
         segments = set(found)
-        for marker in self.dir.glob(f"*{MARKER}"):
+        for marker in markers:
             if marker.with_name(marker.name.split(".")[0] + SUFFIX) in segments:
                 self._bisecting.add(marker)
             else:  # its segment was inserted and deleted, then the process died

@@ -59,6 +59,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -112,6 +113,11 @@ INSERT_SETTINGS = {
     # includes its partition), so a replay of such a batch is still applied once.
     "max_partitions_per_insert_block": 0,
 }
+# Seconds between the writer's looks for orphaned spool directories
+# (``Spool.adopt_orphans``): a worker replaced by a reload (HUP) exits after its
+# successor started, and leaves what it could not insert. A look is a directory listing
+# and a non-blocking flock per other worker's directory.
+ADOPT_EVERY = 2.0
 # Tries of a row alone after its first one, before it is quarantined: a data error is
 # what ClickHouse said about these bytes, so more would not change the answer.
 ALONE_RETRIES = 2
@@ -153,6 +159,7 @@ class Writer:
         backoff: tuple[float, float] = (0.2, 5.0),
         quarantine_after: int = 5,
         quarantine_limit: int = QUARANTINE_LIMIT,
+        adopt_every: float = ADOPT_EVERY,
     ) -> None:
         self.spool = spool
         self.insert = insert
@@ -161,6 +168,8 @@ class Writer:
         self.backoff = backoff
         self.quarantine_after = quarantine_after
         self.quarantine_limit = quarantine_limit
+        self.adopt_every = adopt_every
+        self._last_adopt = 0.0
         self.quarantine = quarantine.Quarantine(quarantine.directory(spool.root))
         self.failures = 0  # consecutive failed attempts; exposed for tests and logs
         self.quarantined = 0  # rows this writer moved to the quarantine
@@ -169,7 +178,8 @@ class Writer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self.spool.open()
+        self.spool.open()  # adopts what orphans there are now
+        self._last_adopt = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="spool-writer", daemon=True)
         self._thread.start()
 
@@ -177,9 +187,23 @@ class Writer:
         """Seal, give the thread ``timeout`` to insert what is left, release the spool."""
         self.spool.seal()
         self._stop.set()
+        stuck = False
         if self._thread is not None:
             self._thread.join(timeout)
+            stuck = self._thread.is_alive()
         self.spool.close()
+        left = len(self.spool.sealed())
+        if stuck or left:
+            # Said, because nothing else would: these rows were acknowledged and wait,
+            # on disk, for the next process to adopt them (the next worker's writer
+            # within seconds after a reload, else the next start).
+            log.warning(
+                "spool writer stopping: %s; %d segment(s) left in %s for the next worker "
+                "or start to insert",
+                f"an insert still running after {timeout:g} s" if stuck else "inserts failing",
+                left,
+                self.spool.dir,
+            )
 
     def _run(self) -> None:
         delay = self.backoff[0]
@@ -188,12 +212,26 @@ class Writer:
             try:
                 if self.step(wait=min(self.max_age / 4, 0.25)):
                     delay = self.backoff[0]
+                if not self._stop.is_set():
+                    # Busy or not: under steady load the writer may never be idle.
+                    self._adopt_due()
             except Exception as exc:  # any failure: keep the segment, retry later
                 self.failures += 1
                 log.warning("spool insert failed (attempt %d): %s", self.failures, exc)
                 if self._stop.wait(delay):
                     return
                 delay = min(delay * 2, self.backoff[1])
+
+    def _adopt_due(self) -> None:
+        """Adopt orphaned spool directories once ``adopt_every`` has passed."""
+        now = time.monotonic()
+        if now - self._last_adopt < self.adopt_every:
+            return
+        self._last_adopt = now
+        try:
+            self.spool.adopt_orphans()
+        except OSError as exc:  # e.g. a full disk failing the fsync: next look retries
+            log.warning("spool: adopting orphaned segments failed: %s", exc)
 
     def step(self, wait: float = 0.0) -> bool:
         """Seal an old-enough segment, insert the oldest sealed one; True if one was done."""

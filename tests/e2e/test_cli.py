@@ -143,23 +143,32 @@ def test_migrate_then_check(tmp_path):
 
 def test_worker_start_freezes_what_lives_as_long_as_the_worker(monkeypatch):
     """After the worker's start-up, the long-lived objects leave the cyclic GC's scans
-    (cli._start_background): a full collection of them held the GIL for ~60 ms."""
+    (asgi.Lifecycle.start): a full collection of them held the GIL for ~60 ms. serve's
+    hooks and the ASGI lifespan both start and stop the work: it happens once each."""
     import gc
 
     from errortrack import asgi, cli
 
-    started = []
+    calls = []
 
     class _State:
         def start_background(self) -> None:
-            started.append(True)
+            calls.append("start")
 
-    monkeypatch.setattr(asgi, "state", _State())
+        def stop_background(self) -> None:
+            calls.append("stop")
+
+    lifecycle = asgi.Lifecycle(_State(), lock_data_dir=False)  # type: ignore[arg-type]
+    monkeypatch.setattr(asgi, "lifecycle", lifecycle)
     gc.unfreeze()
     try:
         cli._start_background(worker=None)
-        assert started == [True]
+        assert calls == ["start"]
         assert gc.get_freeze_count() > 0
+        lifecycle.start()  # the lifespan's startup, after the hook
+        lifecycle.stop()  # the lifespan's shutdown
+        cli._stop_background(server=None, worker=None)
+        assert calls == ["start", "stop"]
     finally:
         gc.unfreeze()
 
@@ -242,3 +251,104 @@ def test_a_long_valid_query_string_is_not_refused_by_gunicorn(tmp_path):
             assert resp.status_code == 200
         finally:
             server.stop()
+
+
+@pytest.mark.parametrize("command", ["bootstrap", "token"])
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        (
+            "postgresql+psycopg://postgres@127.0.0.1:1/x",
+            "Error: relational store (ERRORTRACK_DATABASE_URL): connection failed:",
+        ),
+        (
+            "sqlite:////nonexistent-dir/x.db",
+            "Error: relational store (ERRORTRACK_DATABASE_URL): unable to open database file",
+        ),
+    ],
+)
+def test_bootstrap_and_token_create_on_an_unreachable_store_say_so_in_one_line(
+    tmp_path, command, setting, expected
+):
+    # They printed the driver's traceback (135-144 lines); migrate said it in one line.
+    env = {
+        **server_env(tmp_path / "data", setting),
+        "ERRORTRACK_BOOTSTRAP_PASSWORD": "long enough password",
+    }
+    args = ["--email", "a@example.com"]
+    if command == "token":
+        args = ["token", "create", *args, "--description", "ci"]
+    else:
+        args = ["bootstrap", *args]
+    done = errortrack(*args, env=env, timeout=60)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(expected)
+
+
+def test_serve_warns_when_dsns_would_point_at_another_port(tmp_path):
+    # make run PORT=... handed out DSNs for port 8000. The store is unusable so that
+    # serve stops right after the warning (at its migrations).
+    env = server_env(tmp_path / "data", "sqlite:////nonexistent-dir/x.db")
+    done = errortrack("serve", "--port", "18250", env=env, timeout=60)
+    assert done.returncode == 1
+    warnings = [line for line in done.stderr.splitlines() if "[WARNING]" in line]
+    assert len(warnings) == 1, done.stderr
+    assert (
+        "ERRORTRACK_PUBLIC_URL is not set: DSNs and invitation links will point at "
+        "http://127.0.0.1:8000, not at this server on 127.0.0.1:18250" in warnings[0]
+    )
+    for quiet in (
+        {"ERRORTRACK_PUBLIC_URL": "http://example.com"},  # set: whatever people reach
+        {},  # the default port: the default URL is right
+    ):
+        port = "18250" if quiet else "8000"
+        done = errortrack("serve", "--port", port, env={**env, **quiet}, timeout=60)
+        assert done.returncode == 1
+        assert "[WARNING]" not in done.stderr, done.stderr
+
+
+def test_migrate_names_the_embedded_store_another_process_holds(tmp_path):
+    # The store is given by ERRORTRACK_CLICKHOUSE_URL, outside this data dir: the
+    # message named the data dir (not in use), and told serve that serve migrates.
+    import subprocess
+    import sys
+
+    held = (tmp_path / "held" / "clickhouse").resolve()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom errortrack.analytics import ClickHouse\n"
+            "store = ClickHouse('chdb://' + sys.argv[1]); store.ping()\n"
+            "print('open', flush=True)\n"
+            "sys.stdin.read()",
+            str(held),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "open\n"
+        env = server_env(
+            tmp_path / "data",
+            f"sqlite:///{tmp_path}/x.db",
+            ERRORTRACK_CLICKHOUSE_URL=f"chdb://{held}",
+        )
+        done = errortrack("migrate", env=env, timeout=60)
+        assert done.returncode == 1
+        assert done.stderr.strip().splitlines()[-1] == (
+            f"Error: the embedded ClickHouse store at {held} is in use by another process "
+            "(a running server?); `errortrack serve` applies migrations itself when it starts"
+        )
+        served = errortrack("migrate", "--from-serve", env=env, timeout=60)
+        assert served.returncode == 1
+        assert served.stderr.strip().splitlines()[-1] == (
+            f"Error: another process holds the embedded ClickHouse store at {held} (chDB "
+            "allows one process per directory); stop it, or give this server its own "
+            "ERRORTRACK_DATA_DIR or ERRORTRACK_CLICKHOUSE_URL"
+        )
+    finally:
+        holder.communicate("", timeout=30)

@@ -785,3 +785,73 @@ def test_a_torn_record_that_cannot_be_cut_off_is_counted_until_its_segment_is_do
     Writer(spool, lambda table, data, token: None).drain()
     assert spool.pending() == 0
     assert spool.size == 0
+
+
+def test_a_running_spool_adopts_a_directory_orphaned_after_it_opened(tmp_path):
+    """gunicorn's reload (HUP) starts the new worker before the old one exits: what the
+    old one leaves must be adopted by the running one, not wait for the next start."""
+    new = _spool(tmp_path)
+    new.append({"logs": b'{"mine":1}\n'}, 1)
+    new.seal()
+    mine = new.sealed()[0]
+    new.mark_bisect(mine, "logs")  # our own marker: never touched by an adoption
+    old = _spool(tmp_path)  # the old worker, still running after the new one opened
+    old.append({"logs": b'{"old":1}\n'}, 1)
+    old.seal()
+    old.append({"logs": b'{"old":2}\n'}, 1)
+    old.seal()
+    first, second = old.sealed()
+    old.mark_bisect(first, "logs")  # it was bisecting this one when it stopped
+    old.close()
+    (old.dir / f"{time.time_ns():020d}-gone0000.events.bisect").touch()  # segment long done
+    size = new.size
+    assert new.adopt_orphans() == 2
+    assert not old.dir.exists()
+    moved = [new.dir / first.name, new.dir / second.name]
+    assert new.sealed() == sorted([mine, *moved], key=lambda p: p.name)
+    assert new.size == size + sum(p.stat().st_size for p in moved)
+    assert new.bisecting(moved[0], "logs") and not new.bisecting(moved[1], "logs")
+    assert new.bisecting(mine, "logs")
+    assert sorted(p.name for p in new.dir.glob("*.bisect")) == sorted(
+        [f"{mine.stem}.logs.bisect", f"{first.stem}.logs.bisect"]
+    )
+    assert new.adopt_orphans() == 0  # nothing more; a live directory is never taken
+    live = _spool(tmp_path)
+    live.append({"logs": b'{"live":1}\n'}, 1)
+    live.seal()
+    assert new.adopt_orphans() == 0 and len(live.sealed()) == 1
+    Writer(new, lambda table, data, token: None).drain()
+    assert new.size == 0 and new.pending() == 0
+
+
+def test_the_writer_adopts_orphans_while_running(tmp_path):
+    inserted: list[bytes] = []
+    spool = _spool(tmp_path)
+    writer = Writer(spool, lambda table, data, token: inserted.append(data), adopt_every=0.2)
+    writer.start()
+    try:
+        orphan = _spool(tmp_path)
+        orphan.append({"logs": b'{"orphan":1}\n'}, 1)
+        orphan.close()  # sealed and let go, after the writer's start
+        deadline = time.monotonic() + 5
+        while not inserted and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert inserted == [b'{"orphan":1}\n']
+    finally:
+        writer.stop()
+    assert not list(tmp_path.glob("*/*.seg"))
+
+
+def test_a_writer_that_stops_with_rows_left_says_so(tmp_path, caplog):
+    def refuse(table: str, data: bytes, token: str) -> None:
+        raise RuntimeError("ClickHouse is down")
+
+    spool = _spool(tmp_path)
+    writer = Writer(spool, refuse, backoff=(0.05, 0.05))
+    writer.start()
+    spool.append({"logs": b'{"l":1}\n'}, 1)
+    with caplog.at_level("WARNING", logger="errortrack.spool.writer"):
+        writer.stop(timeout=5)
+    stopping = [r for r in caplog.records if r.getMessage().startswith("spool writer stopping")]
+    assert len(stopping) == 1 and stopping[0].levelname == "WARNING"
+    assert "1 segment(s) left" in stopping[0].getMessage()
