@@ -164,7 +164,18 @@ def drop_too_old(rows: ItemRows, ctx: ItemContext) -> bool:
         removed = len(kept) < len(rows.events)
         rows.events = kept
     if rows.spans:
-        kept = [row for row in rows.spans if row["start_timestamp"] >= limit]
+        # A segment (a transaction's root) past its retention takes its spans with it:
+        # children stored without it showed a span whose parent and segment never exist.
+        gone = {
+            row["segment_id"]
+            for row in rows.spans
+            if row["start_timestamp"] < limit and row.get("is_segment") and row.get("segment_id")
+        }
+        kept = [
+            row
+            for row in rows.spans
+            if row["start_timestamp"] >= limit and row.get("segment_id") not in gone
+        ]
         removed = removed or len(kept) < len(rows.spans)
         rows.spans = kept
     if check_logs:

@@ -143,9 +143,11 @@ def _accept(
     waits = ingest.limiter.take(ctx.project_id, charges)
     if waits:
         # As Relay: only the limited categories' items go; the rest is stored and the 200
-        # names what was limited. Nothing left to store is a 429 (which counts nothing).
+        # names what was limited. Nothing left to store is a 429 (which counts nothing),
+        # unless items were taken and dropped as too old: the envelope was processed, as
+        # Relay would, so it is a 200 naming the limits and the drops are counted.
         kept = [m for m in made if m[2] is None or m[2][0] not in waits]
-        if not any(charge is not None for _, _, charge in kept):
+        if not any(charge is not None for _, _, charge in kept) and not dropped:
             raise ingest.limiter.refused(ctx.project_id, waits)
         dropped += [
             f"{kind}:rate_limited" for kind, _, charge in made if charge and charge[0] in waits

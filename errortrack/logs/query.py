@@ -7,7 +7,7 @@ only fixed fragments chosen from tables in this module are put into the SQL text
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -101,23 +101,34 @@ def list_logs(
     where, params = where_clause(project_id, f, absent=attributes.absent_maps(store, project_id, f))
     if cursor is not None:
         after, after_params = _after(cursor)
-        rows = _page(store, f"{where} AND {after}", {**params, **after_params}, f, page.per_page, 0)
+        found = _page(
+            store, f"{where} AND {after}", {**params, **after_params}, f, page.per_page, 0
+        )
         total, exact = _count(store, where, params, f, page, count_cap)
-        return _body(rows, f, page, total, exact, numbered=False)
+        return _body(found, f, page, total, exact, numbered=False)
     if page.offset == 0:
-        rows = _page(store, where, params, f, page.per_page, 0)
-        if len(rows) < page.per_page:
-            return _body(rows, f, page, len(rows), True)
+        found = _page(store, where, params, f, page.per_page, 0)
+        if not found.more:
+            return _body(found, f, page, len(found.rows), True)
         total, exact = _count(store, where, params, f, page, count_cap)
-        return _body(rows, f, page, total, exact)
+        return _body(found, f, page, total, exact)
     total, exact = _count(store, where, params, f, page, count_cap)
-    past = exact and page.past_end(total)
-    rows = [] if past else _page(store, where, params, f, page.per_page, page.offset)
-    return _body(rows, f, page, total, exact)
+    if exact and page.past_end(total):
+        return _body(_Found([], False), f, page, total, exact)
+    return _body(_page(store, where, params, f, page.per_page, page.offset), f, page, total, exact)
+
+
+class _Found(NamedTuple):
+    """A page's rows, and whether any row comes after them: known from the read itself
+    (one row more), not from the page being full, so that a page shortened by rows
+    deleted between its two queries does not end a walk that has more to show."""
+
+    rows: list[Any]
+    more: bool
 
 
 def _body(
-    rows: list[Any],
+    found: _Found,
     f: LogFilter,
     page: PageRequest,
     total: int,
@@ -125,11 +136,10 @@ def _body(
     *,
     numbered: bool = True,
 ) -> dict[str, Any]:
-    body = page_body([log_item(row) for row in rows], total, page, exact=exact)
+    body = page_body([log_item(row) for row in found.rows], total, page, exact=exact)
     if not numbered:
         body["page"] = None
-    # A full page may have more after it; a short one is the end of the list.
-    last = rows[-1] if len(rows) == page.per_page else None
+    last = found.rows[-1] if found.more and found.rows else None
     body["next_cursor"] = last and (
         Cursor.after_row(f.sort, last[_TIMESTAMP], last[_ID], last[_SEVERITY]).encode()
     )
@@ -138,19 +148,20 @@ def _body(
 
 def _page(
     store: ClickHouse, where: str, params: dict[str, Any], f: LogFilter, limit: int, offset: int
-) -> list[Any]:
+) -> _Found:
     if f.sort in ("-timestamp", "timestamp"):
         return _time_page(store, where, params, f.sort, limit, offset)
-    return store.query_rows(
+    rows = store.query_rows(
         f"SELECT {COLUMNS} FROM logs WHERE {where} ORDER BY {ORDER_BY[f.sort]} "
         "LIMIT {limit:UInt32} OFFSET {offset:UInt64}",
-        {**params, "limit": limit, "offset": offset},
+        {**params, "limit": limit + 1, "offset": offset},
     )
+    return _Found(rows[:limit], len(rows) > limit)
 
 
 def _time_page(
     store: ClickHouse, where: str, params: dict[str, Any], sort: str, limit: int, offset: int
-) -> list[Any]:
+) -> _Found:
     """The page of ``ORDER BY timestamp, id`` without sorting every matching row.
 
     Read in the table's key order (ClickHouse stops at the page), with the row before the
@@ -167,13 +178,14 @@ def _time_page(
     )
     before, page, after = rows[:lead], rows[lead : lead + limit], rows[lead + limit :]
     if not page:
-        return []
+        return _Found([], False)
     edge_tied = (before and before[0][_TIMESTAMP] == page[0][_TIMESTAMP]) or (
         after and after[0][_TIMESTAMP] == page[-1][_TIMESTAMP]
     )
     if edge_tied:
-        return _tied_page(store, where, params, sort, [row[_TIMESTAMP] for row in page], offset)
-    return sorted(page, key=_time_and_id, reverse=newest_first)
+        tied = _tied_page(store, where, params, sort, [row[_TIMESTAMP] for row in page], offset)
+        return _Found(tied, bool(after))
+    return _Found(sorted(page, key=_time_and_id, reverse=newest_first), bool(after))
 
 
 def _time_and_id(row: tuple[Any, ...]) -> tuple[Any, int, int]:
@@ -278,7 +290,8 @@ def _count(
 def trace_logs(store: ClickHouse, project_id: int, trace_id: str, limit: int) -> list[Any]:
     """A trace's logs in the order they happened (for the trace view), at most ``limit``."""
     where, params = where_clause(project_id, LogFilter(trace_id=trace_id))
-    return [log_item(row) for row in _time_page(store, where, params, "timestamp", limit, 0)]
+    found = _time_page(store, where, params, "timestamp", limit, 0)
+    return [log_item(row) for row in found.rows]
 
 
 def log_item(row: tuple[Any, ...]) -> dict[str, Any]:

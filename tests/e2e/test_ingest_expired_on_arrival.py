@@ -187,3 +187,55 @@ def test_a_store_body_past_its_retention_is_dropped(state, ingest_client, short,
     assert resp.json == {}
     state.ingest.writer.drain()
     assert _issues(state, pid) == {}
+
+
+def test_a_transaction_whose_root_is_past_retention_goes_whole(
+    state, ingest_client, short, clickhouse
+):
+    # Judged span by span, the root (started just before the limit) went and its child
+    # (started after it) was stored: a span whose parent and segment never exist.
+    pid, key = short
+    limit = int(state.clock().timestamp()) - 7 * DAY + 1
+    straddling = _transaction(limit + 3, "f" * 32)
+    straddling[1]["start_timestamp"] = limit - 2
+    straddling[1]["spans"][0]["start_timestamp"] = limit + 1
+    before = items.DROPPED.snapshot()
+    assert _post(ingest_client, pid, key, straddling, event_id="f" * 32) == {}
+    state.ingest.writer.drain()
+    assert _count(clickhouse, "spans", pid) == 0
+    assert _dropped_since(before) == {"transaction:too_old": 1}
+
+
+def test_an_expired_error_beside_rate_limited_logs_is_a_200_naming_the_limit(
+    state, short, clickhouse
+):
+    # Nothing left to store after the limit, but the envelope was processed: a 429 here
+    # made the SDK file the (expired) error as rate-limited, and the drop went uncounted.
+    import dataclasses
+
+    import falcon.testing
+
+    from errortrack.server import create_server_app
+    from errortrack.state import AppState
+
+    limited = dataclasses.replace(state.settings, rate_limit_per_second=3)
+    st = AppState.build(limited, engine=state.engine, clickhouse=clickhouse, clock=state.clock)
+    client = falcon.testing.TestClient(create_server_app(state=st))
+    pid, key = short
+    now = state.clock().timestamp()
+    _post(client, pid, key, _logs(*[(f"fill {i}", now) for i in range(30)]))
+    before = items.DROPPED.snapshot()
+    resp = client.simulate_post(
+        f"/api/{pid}/envelope/",
+        body=b"\n".join(
+            orjson.dumps(line)
+            for line in [{}, *_event("old", now - 10 * DAY, "a" * 32), *_logs(("late", now))]
+        ),
+        headers=sentry_auth(key),
+    )
+    assert resp.status_code == 200, resp.text
+    assert resp.json == {}
+    assert resp.headers["X-Sentry-Rate-Limits"].endswith(":log_item:project:rate_limited")
+    assert _dropped_since(before) == {"event:too_old": 1, "log:rate_limited": 1}
+    st.ingest.writer.drain()
+    st.ingest.writer.spool.close()

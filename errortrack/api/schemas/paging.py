@@ -37,8 +37,8 @@ def page_of(item: type[Schema], *, cursors: bool = False) -> type[Schema]:
             required=True,
             allow_none=True,
             metadata={
-                "description": "Pass as cursor for the next page; null when this page is "
-                "not full (the end of the list)."
+                "description": "Pass as cursor for the next page; null at the end of "
+                "the list (no log after this page)."
             },
         )
     return Schema.from_dict(
