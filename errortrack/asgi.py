@@ -6,7 +6,7 @@ when the worker exits. The ASGI lifespan (server.py) starts and stops the same
 ``lifecycle``, so a plain ``gunicorn -k asgi 'errortrack.asgi:build()'`` inserts what it
 spools too; whichever comes first does it, the other finds it done. Plain gunicorn does
 not run the migrations (``errortrack migrate`` first) nor set the time zone (TZ=UTC is
-the tested setting).
+the tested setting), and on the embedded store it must run one worker (``-w 1``).
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ class Lifecycle:
                     raise
             self._started = True
             self.state.start_background()
+            if self.lock_data_dir and self.state.settings.embedded_clickhouse:
+                self._check_engine()
         # Everything built so far (modules, the app, the stores' clients: ~80k objects)
         # lives as long as the worker. Left to the cyclic GC, each full collection walks
         # them all while holding the GIL: under bench.ingest_logs that was 34 pauses of
@@ -74,6 +76,22 @@ class Lifecycle:
         # (bench/RESULTS.md, fifth session). Frozen, they are never scanned again.
         gc.collect()
         gc.freeze()
+
+    def _check_engine(self) -> None:
+        """Under plain gunicorn, say at once when chDB cannot be opened here: it allows one
+        process per directory, so a second worker (-w 2) acknowledged ingest its writer
+        could never insert (``serve`` runs one worker on the embedded store for this)."""
+        try:
+            self.state.clickhouse.ping()
+        except Exception as exc:  # chDB's "Cannot lock file ... status", or any failure
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            log.error(
+                "the embedded ClickHouse store cannot be opened in this worker (%s): it "
+                "allows one process, so run plain gunicorn with one worker (-w 1); after "
+                "a reload this clears when the old worker exits. Until then spooled rows "
+                "wait and ingest fills the spool.",
+                reason,
+            )
 
     def stop(self) -> None:
         # Flushes the spool into ClickHouse; what cannot be inserted is adopted by the

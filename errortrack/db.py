@@ -71,8 +71,12 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
+    # What the operator wrote in the URL's query (?connect_timeout=60) wins: connect_args
+    # would otherwise override it.
+    given = sa.engine.make_url(url).query
+    defaults = {k: v for k, v in POSTGRES_CONNECT.items() if k not in given}
     return sa.create_engine(
-        url, pool_pre_ping=True, pool_size=10, max_overflow=10, connect_args=POSTGRES_CONNECT
+        url, pool_pre_ping=True, pool_size=10, max_overflow=10, connect_args=defaults
     )
 
 

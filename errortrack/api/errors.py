@@ -7,6 +7,7 @@ exceptions are all mapped here, in one place.
 from __future__ import annotations
 
 import logging
+import sqlite3
 from typing import Any
 
 import falcon
@@ -60,12 +61,24 @@ def _falcon(req: falcon.Request, resp: falcon.Response, ex: falcon.HTTPError, _p
 RETRY_AFTER = 5
 
 
+# SQLite's primary result codes that mean "cannot serve now": BUSY, LOCKED, READONLY,
+# IOERR, FULL, CANTOPEN, PROTOCOL. Python's sqlite3 raises OperationalError for SQL
+# mistakes too (no such table or column, syntax), and those are bugs: 500s.
+_SQLITE_UNAVAILABLE = frozenset({5, 6, 8, 10, 13, 14, 15})
+
+
 def _store_unreachable(req: falcon.Request, resp: falcon.Response, ex: Exception, p: Any) -> None:
     # The relational store refused or dropped the connection (restarting, full, locked):
     # every call failed as a 500 internal_error, which says "a bug, don't retry"; /readyz
     # already answers an outage as 503 with Retry-After. Integrity and programming errors
     # are other classes and stay 500s. Where the store lives and why it failed are logged,
     # not answered (anyone may call /auth/login).
+    orig = getattr(ex, "orig", None)
+    if isinstance(orig, sqlite3.Error):
+        code = getattr(orig, "sqlite_errorcode", None)
+        if code is None or code & 0xFF not in _SQLITE_UNAVAILABLE:
+            _unexpected(req, resp, ex, p)
+            return
     log.error("relational store unavailable on %s %s: %s", req.method, req.path, ex)
     _domain(
         req,

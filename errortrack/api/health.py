@@ -90,7 +90,9 @@ class _SingleFlight:
                 continue
             try:
                 self._ping()
-            except Exception as exc:  # any failure to answer means "not ready"
+            # Any failure to answer means "not ready"; BaseException too, or the thread
+            # died with the check unresolved and /readyz said 503 until a restart.
+            except BaseException as exc:
                 future.set_exception(exc)
             else:
                 future.set_result(None)

@@ -269,6 +269,49 @@ def test_a_constraint_violation_is_still_no_503():
     assert resp.status_code == 500 and resp.json["error"]["code"] == "internal_error"
 
 
+@pytest.mark.parametrize(
+    ("sql", "status"),
+    [
+        # sqlite3 raises OperationalError for SQL mistakes too: they were 503 "retry later"
+        # with no traceback logged (a review, nineteenth session). Bugs stay 500s.
+        ("SELECT * FROM no_such_table", 500),
+        ("SELECT no_such_column FROM t", 500),
+        ("SELEC 1", 500),
+        # Another connection holds the write lock past the busy timeout: retry later.
+        ("INSERT INTO t VALUES (1)", 503),
+    ],
+)
+def test_sqlite_store_errors_are_503_only_when_the_store_cannot_serve(tmp_path, sql, status):
+    import sqlite3
+
+    import sqlalchemy as sa
+
+    from errortrack.api import errors
+
+    path = tmp_path / "store.sqlite3"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (x INTEGER)")
+    if status == 503:
+        holder.execute("BEGIN EXCLUSIVE")  # an exclusive lock blocks readers too
+    engine = sa.create_engine(f"sqlite:///{path}", connect_args={"timeout": 0.05})
+    app = falcon.App()
+    errors.install(app)
+
+    class Query:
+        def on_get(self, req, resp):
+            with engine.begin() as conn:
+                conn.execute(sa.text(sql))
+
+    app.add_route("/q", Query())
+    try:
+        resp = falcon.testing.TestClient(app).simulate_get("/q")
+    finally:
+        holder.close()
+        engine.dispose()
+    assert resp.status_code == status, resp.text
+    assert resp.json["error"]["code"] == {500: "internal_error", 503: "unavailable"}[status]
+
+
 # --- 5, 6. what the OpenAPI document says about request bodies and refusals -----------------
 
 

@@ -28,10 +28,40 @@ from tests.support import ROOT, errortrack, free_port, scratch_database, server_
 pytestmark = pytest.mark.e2e
 
 ENTRY = ["errortrack.asgi:build()"]
+GUNICORN = [sys.executable, "-m", "gunicorn", "-k", "asgi"]
 
 
 def _logs(bodies: list[str]) -> bytes:
     return log_envelope([{"timestamp": time.time(), "level": "info", "body": b} for b in bodies])
+
+
+def _gunicorn(env: dict[str, str], log_path, *args: str) -> tuple[subprocess.Popen, str]:
+    """A plain gunicorn serving the app, once /readyz answers 200."""
+    port = free_port()
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [*GUNICORN, "-b", f"127.0.0.1:{port}", *args, *ENTRY],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log_path.read_text()
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                break
+        time.sleep(0.1)
+    return proc, base
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
 
 
 def test_plain_gunicorn_inserts_what_it_acknowledges_and_flushes_on_stop(tmp_path):
@@ -42,26 +72,9 @@ def test_plain_gunicorn_inserts_what_it_acknowledges_and_flushes_on_stop(tmp_pat
         migrated = errortrack("migrate", env=env)
         assert migrated.returncode == 0, migrated.stderr
         pid, key = create_project_in(url)
-        port = free_port()
         log_path = tmp_path / "gunicorn.log"
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "gunicorn", "-k", "asgi", "-b", f"127.0.0.1:{port}", *ENTRY],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=ROOT,
-                start_new_session=True,
-            )
-        base = f"http://127.0.0.1:{port}"
+        proc, base = _gunicorn(env, log_path)
         try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                assert proc.poll() is None, log_path.read_text()
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                        break
-                time.sleep(0.1)
             post = f"{base}/api/{pid}/envelope/"
             first = httpx.post(post, content=_logs(["first"]), headers=sentry_auth(key))
             assert first.status_code == 200, first.text
@@ -81,11 +94,28 @@ def test_plain_gunicorn_inserts_what_it_acknowledges_and_flushes_on_stop(tmp_pat
             os.killpg(proc.pid, signal.SIGTERM)
             assert proc.wait(timeout=30) == 0, log_path.read_text()
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+            _stop(proc)
         assert spool_empty(data), log_path.read_text()  # flushed by the lifespan's shutdown
     rows = query_data_dir(
         data, f"SELECT body, count() AS n FROM logs WHERE project_id = {pid} GROUP BY body"
     )
     assert {r["body"]: int(r["n"]) for r in rows} == {"first": 1, "last": 1}
+
+
+def test_a_second_plain_gunicorn_worker_on_the_embedded_store_says_so_at_start(tmp_path):
+    # chDB allows one process per directory: with -w 2 the second worker acknowledged
+    # ingest its writer could never insert, and nothing said why until it stopped.
+    data = tmp_path / "data"
+    with scratch_database(tmp_path) as url:
+        env = server_env(data, url)
+        assert errortrack("migrate", env=env).returncode == 0
+        log_path = tmp_path / "gunicorn.log"
+        proc, _ = _gunicorn(env, log_path, "-w", "2")
+        try:
+            deadline = time.monotonic() + 30
+            while "cannot be opened in this worker" not in log_path.read_text():
+                assert time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.2)
+            assert "run plain gunicorn with one worker (-w 1)" in log_path.read_text()
+        finally:
+            _stop(proc)

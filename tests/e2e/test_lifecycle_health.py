@@ -108,3 +108,43 @@ def test_a_frozen_relational_store_fails_readyz_in_time_and_never_healthz(tmp_pa
                 proxy.frozen.clear()
                 server.stop()
         assert "readyz: relational store not ready: did not answer within" in server.log()
+
+
+@pytest.mark.skipif(not TEST_PG, reason="needs PostgreSQL (ERRORTRACK_TEST_DATABASE_URL)")
+def test_connection_settings_in_the_url_win_over_the_defaults():
+    # The defaults went in as connect_args, which libpq applies over the URL's query: an
+    # operator's ?connect_timeout=60&keepalives=0 was silently 5 and 1.
+    from errortrack import db
+
+    sep = "&" if "?" in TEST_PG else "?"
+    engine = db.make_engine(f"{TEST_PG}{sep}connect_timeout=60&keepalives=0")
+    try:
+        with engine.connect() as conn:
+            given = conn.connection.dbapi_connection.info.get_parameters()
+    finally:
+        engine.dispose()
+    assert (given["connect_timeout"], given["keepalives"]) == ("60", "0")
+    assert given["keepalives_idle"] == "10"  # a default the URL left alone
+
+
+def test_a_check_that_raises_a_base_exception_does_not_stick_readyz():
+    # The check's thread caught Exception only: a BaseException killed it with the check
+    # unresolved, and every later probe waited on it (503) until a restart.
+    from errortrack.api.health import _SingleFlight
+
+    class Stop(BaseException):
+        pass
+
+    calls = []
+
+    def ping():
+        calls.append(1)
+        if len(calls) == 1:
+            raise Stop
+
+    check = _SingleFlight("relational", ping)
+    first, _ = check.current()
+    with pytest.raises(Stop):
+        first.result(timeout=5)
+    second, _ = check.current()
+    assert second.result(timeout=5) is None
