@@ -13,6 +13,7 @@ from typing import Any
 import falcon
 import falcon.asgi
 import sqlalchemy.exc
+from clickhouse_connect.driver import exceptions as clickhouse_errors
 
 from errortrack.errors import ErrortrackError, Unavailable
 
@@ -88,6 +89,21 @@ def _store_unreachable(req: falcon.Request, resp: falcon.Response, ex: Exception
     )
 
 
+def _analytics_unreachable(
+    req: falcon.Request, resp: falcon.Response, ex: Exception, p: Any
+) -> None:
+    # clickhouse-connect raises OperationalError when a ClickHouse server cannot be
+    # reached or drops the connection (its query errors are other classes): a logs list
+    # during a server restart was a 500 "a bug, don't retry".
+    log.error("analytics store unavailable on %s %s: %s", req.method, req.path, ex)
+    _domain(
+        req,
+        resp,
+        Unavailable("analytics store unavailable; retry later", retry_after=RETRY_AFTER),
+        p,
+    )
+
+
 def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception, _p: Any) -> None:
     log.exception("unhandled error on %s %s", req.method, req.path)
     resp.status = 500
@@ -101,6 +117,7 @@ _HANDLERS: list[tuple[type[Exception], Any]] = [
     (ErrortrackError, _domain),
     (sqlalchemy.exc.OperationalError, _store_unreachable),
     (sqlalchemy.exc.InterfaceError, _store_unreachable),
+    (clickhouse_errors.OperationalError, _analytics_unreachable),
 ]
 
 

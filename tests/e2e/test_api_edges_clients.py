@@ -312,6 +312,25 @@ def test_sqlite_store_errors_are_503_only_when_the_store_cannot_serve(tmp_path, 
     assert resp.json["error"]["code"] == {500: "internal_error", 503: "unavailable"}[status]
 
 
+def test_an_unreachable_clickhouse_server_is_503_with_retry_after():
+    # A logs list while the ClickHouse server restarts was a 500 internal_error.
+    from errortrack.analytics import ClickHouse
+    from errortrack.api import errors
+
+    store = ClickHouse(f"http://default:@127.0.0.1:{free_port()}/errortrack")
+    app = falcon.App()
+    errors.install(app)
+
+    class Query:
+        def on_get(self, req, resp):
+            store.query_rows("SELECT 1")
+
+    app.add_route("/q", Query())
+    resp = falcon.testing.TestClient(app).simulate_get("/q")
+    assert resp.status_code == 503, resp.text
+    assert resp.json["error"]["code"] == "unavailable" and resp.headers["Retry-After"] == "5"
+
+
 # --- 5, 6. what the OpenAPI document says about request bodies and refusals -----------------
 
 
