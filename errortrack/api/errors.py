@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 import falcon
@@ -58,7 +59,7 @@ def _falcon(req: falcon.Request, resp: falcon.Response, ex: falcon.HTTPError, _p
         resp.set_headers(ex.headers)
 
 
-# Seconds a client should wait after a 503 for an unreachable store, as /readyz says.
+# Seconds a client should wait after a 503 for a store that cannot serve (/readyz too).
 RETRY_AFTER = 5
 
 
@@ -68,40 +69,34 @@ RETRY_AFTER = 5
 _SQLITE_UNAVAILABLE = frozenset({5, 6, 8, 10, 13, 14, 15})
 
 
-def _store_unreachable(req: falcon.Request, resp: falcon.Response, ex: Exception, p: Any) -> None:
-    # The relational store refused or dropped the connection (restarting, full, locked):
-    # every call failed as a 500 internal_error, which says "a bug, don't retry"; /readyz
-    # already answers an outage as 503 with Retry-After. Integrity and programming errors
-    # are other classes and stay 500s. Where the store lives and why it failed are logged,
-    # not answered (anyone may call /auth/login).
+def _unavailable(store: str) -> Callable[[falcon.Request, falcon.Response, Exception, Any], None]:
+    """The handler answering a ``store`` that cannot serve now: 503 with Retry-After, as
+    /readyz answers an outage (it was a 500 internal_error, "a bug, don't retry"). Where
+    the store lives and why it failed are logged, not answered (anyone may call
+    /auth/login)."""
+
+    def handler(req: falcon.Request, resp: falcon.Response, ex: Exception, p: Any) -> None:
+        log.error("%s store unavailable on %s %s: %s", store, req.method, req.path, ex)
+        refusal = Unavailable(f"{store} store unavailable; retry later", retry_after=RETRY_AFTER)
+        _domain(req, resp, refusal, p)
+
+    return handler
+
+
+_relational_unavailable = _unavailable("relational")
+
+
+def _relational_error(req: falcon.Request, resp: falcon.Response, ex: Exception, p: Any) -> None:
+    # The relational store refused or dropped the connection (restarting, full, locked).
+    # Integrity and programming errors are other classes and stay 500s, except that
+    # sqlite3 raises its SQL mistakes as OperationalError too: its result code decides.
     orig = getattr(ex, "orig", None)
     if isinstance(orig, sqlite3.Error):
         code = getattr(orig, "sqlite_errorcode", None)
         if code is None or code & 0xFF not in _SQLITE_UNAVAILABLE:
             _unexpected(req, resp, ex, p)
             return
-    log.error("relational store unavailable on %s %s: %s", req.method, req.path, ex)
-    _domain(
-        req,
-        resp,
-        Unavailable("relational store unavailable; retry later", retry_after=RETRY_AFTER),
-        p,
-    )
-
-
-def _analytics_unreachable(
-    req: falcon.Request, resp: falcon.Response, ex: Exception, p: Any
-) -> None:
-    # clickhouse-connect raises OperationalError when a ClickHouse server cannot be
-    # reached or drops the connection (its query errors are other classes): a logs list
-    # during a server restart was a 500 "a bug, don't retry".
-    log.error("analytics store unavailable on %s %s: %s", req.method, req.path, ex)
-    _domain(
-        req,
-        resp,
-        Unavailable("analytics store unavailable; retry later", retry_after=RETRY_AFTER),
-        p,
-    )
+    _relational_unavailable(req, resp, ex, p)
 
 
 def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception, _p: Any) -> None:
@@ -115,9 +110,11 @@ _HANDLERS: list[tuple[type[Exception], Any]] = [
     (Exception, _unexpected),
     (falcon.HTTPError, _falcon),
     (ErrortrackError, _domain),
-    (sqlalchemy.exc.OperationalError, _store_unreachable),
-    (sqlalchemy.exc.InterfaceError, _store_unreachable),
-    (clickhouse_errors.OperationalError, _analytics_unreachable),
+    (sqlalchemy.exc.OperationalError, _relational_error),
+    (sqlalchemy.exc.InterfaceError, _relational_error),
+    # clickhouse-connect's OperationalError: a ClickHouse server that cannot be reached or
+    # drops the connection (its query errors, and chDB's, are other classes).
+    (clickhouse_errors.OperationalError, _unavailable("analytics")),
 ]
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 import falcon
 
 from errortrack import db
+from errortrack.api.errors import RETRY_AFTER
 from errortrack.errors import Unavailable
 from errortrack.spool import quarantine
 from errortrack.state import AppState
@@ -130,7 +131,9 @@ class Readyz:
             for store, why in failures.items():
                 log.warning("readyz: %s store not ready: %s", store, why)
             names = ", ".join(sorted(failures))
-            raise Unavailable(f"store not ready: {names} (the server log says why)", retry_after=5)
+            raise Unavailable(
+                f"store not ready: {names} (the server log says why)", retry_after=RETRY_AFTER
+            )
         kept = quarantine.Quarantine(quarantine.directory(self._state.settings.spool_dir))
         resp.media = {
             "status": "ok",

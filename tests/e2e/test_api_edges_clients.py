@@ -251,21 +251,29 @@ def test_an_unreachable_relational_store_is_503_with_retry_after(
     assert any("127.0.0.1" in r.getMessage() for r in caplog.records), caplog.text
 
 
-def test_a_constraint_violation_is_still_no_503():
-    # Only connection failures mean "retry later": an IntegrityError stays a 500 (a bug).
-    import sqlalchemy as sa
-
+def _answer(call):
+    """What the API's error handlers answer for a request whose responder runs ``call``."""
     from errortrack.api import errors
 
     app = falcon.App()
     errors.install(app)
 
-    class Boom:
+    class Calling:
         def on_get(self, req, resp):
-            raise sa.exc.IntegrityError("INSERT", {}, Exception("duplicate key"))
+            call()
 
-    app.add_route("/boom", Boom())
-    resp = falcon.testing.TestClient(app).simulate_get("/boom")
+    app.add_route("/q", Calling())
+    return falcon.testing.TestClient(app).simulate_get("/q")
+
+
+def test_a_constraint_violation_is_still_no_503():
+    # Only connection failures mean "retry later": an IntegrityError stays a 500 (a bug).
+    import sqlalchemy as sa
+
+    def boom():
+        raise sa.exc.IntegrityError("INSERT", {}, Exception("duplicate key"))
+
+    resp = _answer(boom)
     assert resp.status_code == 500 and resp.json["error"]["code"] == "internal_error"
 
 
@@ -286,25 +294,19 @@ def test_sqlite_store_errors_are_503_only_when_the_store_cannot_serve(tmp_path, 
 
     import sqlalchemy as sa
 
-    from errortrack.api import errors
-
     path = tmp_path / "store.sqlite3"
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("CREATE TABLE t (x INTEGER)")
     if status == 503:
         holder.execute("BEGIN EXCLUSIVE")  # an exclusive lock blocks readers too
     engine = sa.create_engine(f"sqlite:///{path}", connect_args={"timeout": 0.05})
-    app = falcon.App()
-    errors.install(app)
 
-    class Query:
-        def on_get(self, req, resp):
-            with engine.begin() as conn:
-                conn.execute(sa.text(sql))
+    def query():
+        with engine.begin() as conn:
+            conn.execute(sa.text(sql))
 
-    app.add_route("/q", Query())
     try:
-        resp = falcon.testing.TestClient(app).simulate_get("/q")
+        resp = _answer(query)
     finally:
         holder.close()
         engine.dispose()
@@ -315,18 +317,9 @@ def test_sqlite_store_errors_are_503_only_when_the_store_cannot_serve(tmp_path, 
 def test_an_unreachable_clickhouse_server_is_503_with_retry_after():
     # A logs list while the ClickHouse server restarts was a 500 internal_error.
     from errortrack.analytics import ClickHouse
-    from errortrack.api import errors
 
     store = ClickHouse(f"http://default:@127.0.0.1:{free_port()}/errortrack")
-    app = falcon.App()
-    errors.install(app)
-
-    class Query:
-        def on_get(self, req, resp):
-            store.query_rows("SELECT 1")
-
-    app.add_route("/q", Query())
-    resp = falcon.testing.TestClient(app).simulate_get("/q")
+    resp = _answer(lambda: store.query_rows("SELECT 1"))
     assert resp.status_code == 503, resp.text
     assert resp.json["error"]["code"] == "unavailable" and resp.headers["Retry-After"] == "5"
 
