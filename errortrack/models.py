@@ -152,6 +152,10 @@ class Issue(Base):
     culprit: Mapped[str] = mapped_column(sa.Text(), default="")
     level: Mapped[str] = mapped_column(sa.String(16), default="error")
     status: Mapped[str] = mapped_column(sa.String(16), default="unresolved")
+    # When it was last resolved, while it is resolved (NULL otherwise): an event dated
+    # before that, less the grouping's REGRESSION_MARGIN, is counted without reopening
+    # it (an SDK's offline buffer, or an event in flight while someone pressed resolve).
+    resolved_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime(), default=None)
     first_seen: Mapped[dt.datetime] = mapped_column(UTCDateTime())
     last_seen: Mapped[dt.datetime] = mapped_column(UTCDateTime())
     event_count: Mapped[int] = mapped_column(sa.BigInteger(), default=0)

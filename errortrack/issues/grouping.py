@@ -14,8 +14,11 @@ the hook
 3. drops events already stored (an SDK resending an event it saw fail, or a segment
    replayed after its insert): one ClickHouse query per batch by (project, issue,
    event_id), plus repeats within the batch;
-4. adds each issue's count, first/last seen and regression (resolved -> unresolved) with
-   one executemany UPDATE: one statement per batch, not one per event.
+4. adds each issue's count, first/last seen, regression (resolved -> unresolved, when the
+   batch's newest event of the issue is dated after the resolution less
+   ``store.REGRESSION_MARGIN``) and title/culprit/level (from that newest event, when it
+   is at least as new as the issue's last seen) with one executemany UPDATE: one
+   statement per batch, not one per event.
 Rows of projects deleted meanwhile are dropped. The cache is filled only after the
 commit, so a rolled-back transaction never leaves ids of issues that do not exist.
 """
@@ -204,11 +207,13 @@ def _groups(rows: list[dict[str, Any]]) -> dict[Key, Group]:
             groups[key] = Group(1, seen, seen, row["title"], row["culprit"], row["level"])
             continue
         group.count += 1
-        if seen < group.first_seen:
-            # A new issue is named after its earliest event, whatever the arrival order.
-            group.first_seen = seen
+        group.first_seen = min(group.first_seen, seen)
+        if seen >= group.last_seen:
+            # The newest event names the issue, whatever the arrival order (of equal times,
+            # the later in the batch): the UPDATE applies it when it is also at least as
+            # new as the issue's last seen, so a late event renames nothing.
+            group.last_seen = seen
             group.title, group.culprit, group.level = row["title"], row["culprit"], row["level"]
-        group.last_seen = max(group.last_seen, seen)
     return groups
 
 

@@ -6,6 +6,7 @@ also owns the transaction; these functions only flush.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import sqlalchemy as sa
@@ -40,19 +41,38 @@ def get_issue(session: Session, *, project_id: int, issue_id: int) -> Issue:
     return issue
 
 
-def set_status(session: Session, *, project_id: int, issue_id: int, status: str) -> dict[str, Any]:
-    """``resolved``: a new event reopens it (a regression); ``muted``: new events are
-    counted but it stays muted; ``unresolved``: back in the open list."""
+def set_status(
+    session: Session,
+    *,
+    project_id: int,
+    issue_id: int,
+    status: str,
+    now: dt.datetime | None = None,
+) -> dict[str, Any]:
+    """``resolved``: an event dated after now (less the grouping's REGRESSION_MARGIN)
+    reopens it, a regression, while older ones are only counted; ``muted``: new events
+    are counted but it stays muted; ``unresolved``: back in the open list.
+
+    ``now`` (UTC, default the current time) is recorded as ``resolved_at`` when the
+    issue becomes resolved. Resolving a resolved issue keeps the first time: events
+    since were judged against it, and a repeated request changes nothing. Any other
+    status clears it, so ``resolved_at`` is set exactly while the issue is resolved."""
     if status not in ISSUE_STATUSES:
         raise ValidationError(f"status must be one of {', '.join(ISSUE_STATUSES)}", field="status")
     issue = get_issue(session, project_id=project_id, issue_id=issue_id)
+    if status != "resolved":
+        issue.resolved_at = None
+    elif issue.status != "resolved" or issue.resolved_at is None:
+        issue.resolved_at = now or dt.datetime.now(dt.UTC)
     issue.status = status
     session.flush()
     return as_dict(issue)
 
 
-def resolve(session: Session, *, project_id: int, issue_id: int) -> dict[str, Any]:
-    return set_status(session, project_id=project_id, issue_id=issue_id, status="resolved")
+def resolve(
+    session: Session, *, project_id: int, issue_id: int, now: dt.datetime | None = None
+) -> dict[str, Any]:
+    return set_status(session, project_id=project_id, issue_id=issue_id, status="resolved", now=now)
 
 
 def mute(session: Session, *, project_id: int, issue_id: int) -> dict[str, Any]:

@@ -3,7 +3,10 @@
 Written for both SQLite and Postgres, and for several writers at once (one per server
 process): issues are created with ``INSERT ... ON CONFLICT DO NOTHING`` and read back,
 counts are added in SQL (``event_count + n``), and rows are always touched in the same
-(sorted) order so that two writers cannot deadlock.
+(sorted) order so that two writers cannot deadlock. Everything an existing issue takes
+from a batch -- count, first/last seen, regression, title/culprit/level -- is decided
+inside that one UPDATE from the row's current values, never read first and written
+later, so writers racing on one issue cannot undo each other's changes.
 """
 
 from __future__ import annotations
@@ -25,9 +28,23 @@ ISSUES = cast(sa.Table, Issue.__table__)
 BATCHES = cast(sa.Table, GroupedBatch.__table__)
 
 
+# An event on a resolved issue reopens it (a regression) only when it is dated after the
+# resolution less this margin; older ones (an SDK's offline buffer, a backlog) are
+# counted and leave it resolved. The margin is on the side of reopening: event times
+# come from the sender's clock, the resolution from the server's, and a sender a few
+# seconds slow must not hide a real regression. Sentry itself reopens on any event (its
+# issue 85316 asks for this rule); 5 s is the window its event manager allows for races
+# around a regression (``active_at >= date - timedelta(seconds=5)``).
+REGRESSION_MARGIN = dt.timedelta(seconds=5)
+
+
 @dataclasses.dataclass
 class Group:
-    """The events of one batch that share a project and a fingerprint."""
+    """The events of one batch that share a project and a fingerprint.
+
+    ``title``, ``culprit`` and ``level`` are the newest event's (of equal times, the
+    later in the batch): an issue shows what its latest event says, as Sentry's
+    ``_process_existing_aggregate`` does."""
 
     count: int
     first_seen: dt.datetime
@@ -111,6 +128,24 @@ def create_issues(session: Session, groups: dict[Key, Group]) -> None:
         session.execute(stmt, values)
 
 
+_LAST = sa.bindparam("last", type_=UTCDateTime())
+# The batch's newest event is at least as new as any the issue has seen: it names the
+# issue. An older one (late, or from an SDK's buffer) is counted but renames nothing.
+_NEWEST = ISSUES.c.last_seen <= _LAST
+# A regression: resolved, and the newest event dated after the resolution less the
+# margin (``resolved_before`` = newest + REGRESSION_MARGIN, computed by the caller so
+# that no date arithmetic differs between SQLite and PostgreSQL). A resolved issue
+# without a resolution time reopens on any event, as every one did before 0009.
+_REOPENS = sa.and_(
+    ISSUES.c.status == "resolved",
+    sa.or_(
+        ISSUES.c.resolved_at.is_(None),
+        ISSUES.c.resolved_at < sa.bindparam("resolved_before", type_=UTCDateTime()),
+    ),
+)
+
+# Every right-hand side reads the row as it was before this UPDATE (SQL's rule, kept by
+# SQLite and PostgreSQL alike), so the order of the SET clauses does not matter.
 _ADD_COUNTS = (
     sa.update(ISSUES)
     # The fingerprint too: SQLite reuses the id of a deleted last row, so a cached id may
@@ -128,18 +163,15 @@ _ADD_COUNTS = (
             ),
             else_=ISSUES.c.first_seen,
         ),
-        last_seen=sa.case(
-            (
-                ISSUES.c.last_seen < sa.bindparam("last", type_=UTCDateTime()),
-                sa.bindparam("last", type_=UTCDateTime()),
-            ),
-            else_=ISSUES.c.last_seen,
+        last_seen=sa.case((ISSUES.c.last_seen < _LAST, _LAST), else_=ISSUES.c.last_seen),
+        title=sa.case((_NEWEST, sa.bindparam("title", type_=sa.Text())), else_=ISSUES.c.title),
+        culprit=sa.case(
+            (_NEWEST, sa.bindparam("culprit", type_=sa.Text())), else_=ISSUES.c.culprit
         ),
-        # A new event on a resolved issue is a regression: reopen it. Muted stays muted.
-        status=sa.case(
-            (ISSUES.c.status == "resolved", sa.literal("unresolved")),
-            else_=ISSUES.c.status,
-        ),
+        level=sa.case((_NEWEST, sa.bindparam("level", type_=sa.String(16))), else_=ISSUES.c.level),
+        # Muted stays muted; a late event leaves a resolved issue resolved.
+        status=sa.case((_REOPENS, sa.literal("unresolved")), else_=ISSUES.c.status),
+        resolved_at=sa.case((_REOPENS, sa.null()), else_=ISSUES.c.resolved_at),
     )
 )
 
@@ -148,7 +180,17 @@ def add_counts(session: Session, counts: dict[Key, tuple[int, Group]]) -> set[Ke
     """One statement run for many issues (executemany) in issue-id order; returns the keys
     whose issue no longer exists (deleted since its id was cached)."""
     params = [
-        {"issue_id": i, "fp": fp, "n": g.count, "first": g.first_seen, "last": g.last_seen}
+        {
+            "issue_id": i,
+            "fp": fp,
+            "n": g.count,
+            "first": g.first_seen,
+            "last": g.last_seen,
+            "resolved_before": g.last_seen + REGRESSION_MARGIN,
+            "title": g.title,
+            "culprit": g.culprit,
+            "level": g.level,
+        }
         for (_, fp), (i, g) in sorted(counts.items(), key=lambda kv: kv[1][0])
     ]
     if not params:

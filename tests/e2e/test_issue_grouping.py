@@ -161,12 +161,12 @@ def test_new_event_reopens_a_resolved_issue_but_not_a_muted_one(hook, sessions, 
     hook(event_rows(project_id, ("KeyError", 1), ("ValueError", 1)), "b1")
     found = issues(sessions)
     with db.unit_of_work(sessions) as session:
-        assert (
-            service.resolve(session, project_id=project_id, issue_id=found["KeyError: boom"].id)[
-                "status"
-            ]
-            == "resolved"
+        # Resolved between the two batches' events (T0 is in the past: resolving now
+        # would make the second batch's events older than the resolution).
+        resolved = service.resolve(
+            session, project_id=project_id, issue_id=found["KeyError: boom"].id, now=T0
         )
+        assert resolved["status"] == "resolved"
         service.mute(session, project_id=project_id, issue_id=found["ValueError: boom"].id)
     assert issues(sessions)["KeyError: boom"].status == "resolved"
     hook(event_rows(project_id, ("KeyError", 2), ("ValueError", 2)), "b2")
@@ -240,11 +240,12 @@ def test_delete_removes_the_issue_and_only_its_events(hook, sessions, project_id
         service.delete(session, clickhouse, project_id=project_id, issue_id=doomed)
 
 
-def test_a_new_issue_is_named_after_its_earliest_event(hook, sessions, project_id):
+def test_a_new_issue_is_named_after_its_newest_event(hook, sessions, project_id):
+    # As every later event that is the newest renames it (tests/unit/test_issue_lifecycle.py).
     rows = event_rows(project_id, ("KeyError", 5), ("KeyError", 1))
-    rows[0]["title"], rows[1]["title"] = "KeyError: later", "KeyError: earliest"
+    rows[0]["title"], rows[1]["title"] = "KeyError: newest", "KeyError: earlier"
     hook(rows, "b1")
-    assert set(issues(sessions)) == {"KeyError: earliest"}
+    assert set(issues(sessions)) == {"KeyError: newest"}
 
 
 def test_old_batch_tokens_are_pruned(sessions, clock, project_id):

@@ -243,6 +243,18 @@ def _old_project(session, name):
     return project_id
 
 
+def _old_issue(session, project_id, fingerprint, status, event_count):
+    """An issue as the schema before 0009 holds it (``resolved_at`` came with 0009)."""
+    return session.execute(
+        sa.text(
+            "INSERT INTO issues (project_id, fingerprint, title, culprit, level, status,"
+            " first_seen, last_seen, event_count) VALUES (:p, :f, :t, '', 'error', :s,"
+            " CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, :n) RETURNING id"
+        ),
+        {"p": project_id, "f": fingerprint, "t": fingerprint, "s": status, "n": event_count},
+    ).scalar_one()
+
+
 def _issue(session, project_id, fingerprint, **kw):
     from errortrack.models import Issue
 
@@ -287,7 +299,7 @@ def test_the_issues_autoincrement_migration_keeps_issues_and_their_constraints(t
         engine, sessions = _sessions(url)
         with sessions.begin() as s:
             project = _old_project(s, "p")
-            ids = [_issue(s, project, f"f{i}", status="muted", event_count=i) for i in range(3)]
+            ids = [_old_issue(s, project, f"f{i}", "muted", i) for i in range(3)]
         engine.dispose()
         relational.upgrade(url)
         engine, sessions = _sessions(url)
