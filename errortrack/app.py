@@ -99,9 +99,12 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     # Management API: logs (read-only), issues, traces (docs/API.md).
     app.add_route("/api/projects/{project_id:int}/logs", logs_api.ProjectLogs(state))
     issue = "/api/projects/{project_id:int}/issues/{issue_id:int}"
-    app.add_route("/api/projects/{project_id:int}/issues", issues_api.ProjectIssues())
+    app.add_route("/api/projects/{project_id:int}/issues", issues_api.ProjectIssues(state))
     app.add_route(issue, issues_api.IssueItem(state))
     app.add_route(f"{issue}/events", issues_api.IssueEvents(state))
+    # The literal "latest" is matched before the {event_id} field (Falcon tries literals first).
+    app.add_route(f"{issue}/events/latest", issues_api.LatestIssueEvent(state))
+    app.add_route(f"{issue}/events/{{event_id}}", issues_api.IssueEvent(state))
     app.add_route(f"{issue}/resolve", issues_api.ResolveIssue())
     app.add_route(f"{issue}/mute", issues_api.MuteIssue())
     app.add_route(f"{issue}/unresolve", issues_api.UnresolveIssue())

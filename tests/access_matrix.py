@@ -108,6 +108,20 @@ def _issue(world: World) -> int:
     return issue_id
 
 
+def _issue_event(world: World) -> tuple[int, str]:
+    """A fresh issue in ``world.project_id`` and the id of its one event (32 hex)."""
+    from tests.issue_data import add_event, add_issue
+
+    issue_id = add_issue(world.state, world.project_id, "boom")
+    event = add_event(world.state, world.project_id, issue_id, at=1)
+    return issue_id, str(event["event_id"])
+
+
+def _event_path(world: World) -> str:
+    issue_id, event_id = _issue_event(world)
+    return f"/api/projects/{world.project_id}/issues/{issue_id}/events/{event_id}"
+
+
 def _trace(world: World) -> str:
     from tests.issue_data import add_span
 
@@ -326,6 +340,16 @@ ROWS: list[Row] = [
         lambda w, c: ("GET", f"/api/projects/{w.project_id}/issues", None),
     ),
     Row(
+        f"GET {P}/issues",
+        "401 401 200 200 404 200 200 200",
+        lambda w, c: (
+            "GET",
+            f"/api/projects/{w.project_id}/issues?level=error&q=boom&environment=production",
+            None,
+        ),
+        "filtered",
+    ),
+    Row(
         f"GET {P}/issues/{{issue_id}}",
         "401 401 200 200 404 200 200 200",
         lambda w, c: ("GET", f"/api/projects/{w.project_id}/issues/{_issue(w)}", None),
@@ -339,6 +363,20 @@ ROWS: list[Row] = [
         f"GET {P}/issues/{{issue_id}}/events",
         "401 401 200 200 404 200 200 200",
         lambda w, c: ("GET", f"/api/projects/{w.project_id}/issues/{_issue(w)}/events", None),
+    ),
+    Row(
+        f"GET {P}/issues/{{issue_id}}/events/latest",
+        "401 401 200 200 404 200 200 200",
+        lambda w, c: (
+            "GET",
+            f"/api/projects/{w.project_id}/issues/{_issue(w)}/events/latest",
+            None,
+        ),
+    ),
+    Row(
+        f"GET {P}/issues/{{issue_id}}/events/{{event_id}}",
+        "401 401 200 200 404 200 200 200",
+        lambda w, c: ("GET", _event_path(w), None),
     ),
     *[
         Row(

@@ -1,4 +1,5 @@
-"""Issues over HTTP: list, one issue, its events, status changes (editor+), delete (editor+)."""
+"""Issues over HTTP: list (filtered), one issue, its events (filtered, one, the latest),
+status changes (editor+), delete (editor+)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ from errortrack.api.middleware import session
 from errortrack.api.params import load_query
 from errortrack.api.schemas import api_doc
 from errortrack.api.schemas.issues import (
+    EventOut,
     EventPageOut,
+    EventQuery,
     EventsQuery,
     EventSummaryOut,
     IssueOut,
     IssuePageOut,
     IssuesQuery,
+    LatestEventQuery,
 )
 from errortrack.auth.permissions import require_project
 from errortrack.issues import read, service
@@ -26,12 +30,15 @@ _TAGS = ("issues",)
 
 
 class ProjectIssues:
+    def __init__(self, state: AppState) -> None:
+        self._state = state
+
     @api_doc("List a project's issues", query=IssuesQuery, response=IssuePageOut, tags=_TAGS)
     def on_get(self, req: falcon.Request, resp: falcon.Response, project_id: int) -> None:
         db = session(req)
         require_project(db, principal(req), project_id, "read")
         args = load_query(req, IssuesQuery)
-        page = read.list_issues(db, project_id, **args)
+        page = read.list_issues(db, project_id, store=self._state.clickhouse, **args)
         resp.media = {**page, "items": IssueOut(many=True).dump(page["items"])}
 
 
@@ -75,8 +82,55 @@ class IssueEvents:
         require_project(db, principal(req), project_id, "read")
         service.get_issue(db, project_id=project_id, issue_id=issue_id)  # 404 if not there
         args = load_query(req, EventsQuery)
-        page = read.issue_events(self._state.clickhouse, project_id, issue_id, args["page"])
+        page = read.issue_events(self._state.clickhouse, project_id, issue_id, **args)
         resp.media = {**page, "items": [_event(e) for e in page["items"]]}
+
+
+class IssueEvent:
+    def __init__(self, state: AppState) -> None:
+        self._state = state
+
+    @api_doc(
+        "One event of an issue, with its payload; event_id: 32 hex digits or a UUID",
+        query=EventQuery,
+        response=EventOut,
+        tags=_TAGS,
+    )
+    def on_get(
+        self,
+        req: falcon.Request,
+        resp: falcon.Response,
+        project_id: int,
+        issue_id: int,
+        event_id: str,
+    ) -> None:
+        db = session(req)
+        require_project(db, principal(req), project_id, "read")
+        service.get_issue(db, project_id=project_id, issue_id=issue_id)  # 404 if not there
+        load_query(req, EventQuery)
+        wanted = read.parse_event_id(event_id)
+        event = read.issue_event(self._state.clickhouse, project_id, issue_id, wanted)
+        resp.media = _event(event)
+
+
+class LatestIssueEvent:
+    def __init__(self, state: AppState) -> None:
+        self._state = state
+
+    @api_doc(
+        "An issue's newest event (the first of its events list), with its payload",
+        query=LatestEventQuery,
+        response=EventOut,
+        tags=_TAGS,
+    )
+    def on_get(
+        self, req: falcon.Request, resp: falcon.Response, project_id: int, issue_id: int
+    ) -> None:
+        db = session(req)
+        require_project(db, principal(req), project_id, "read")
+        service.get_issue(db, project_id=project_id, issue_id=issue_id)  # 404 if not there
+        args = load_query(req, LatestEventQuery)
+        resp.media = _event(read.latest_event(self._state.clickhouse, project_id, issue_id, **args))
 
 
 def _event(event: dict[str, Any]) -> dict[str, Any]:
@@ -102,7 +156,9 @@ class ResolveIssue(_StatusChange):
     status = "resolved"
 
     @api_doc(
-        "Resolve an issue; a new event reopens it (editor or admin)", response=IssueOut, tags=_TAGS
+        "Resolve an issue; an event dated after the resolution reopens it (editor or admin)",
+        response=IssueOut,
+        tags=_TAGS,
     )
     def on_post(
         self, req: falcon.Request, resp: falcon.Response, project_id: int, issue_id: int

@@ -5,15 +5,19 @@ Status changes and deletion live in ``errortrack.issues.service``; this module o
 
 from __future__ import annotations
 
+import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
+from errortrack import db
 from errortrack.analytics import ClickHouse
-from errortrack.errors import ValidationError
+from errortrack.errors import NotFound, ValidationError
 from errortrack.logs.query import iso_utc, stored_json
 from errortrack.models import ISSUE_STATUSES, Issue
 from errortrack.paging import PageRequest, page_body, parse_choices
@@ -29,11 +33,76 @@ EVENT_COLUMNS = (
     "event_id, issue_id, timestamp, received_at, level, platform, release, environment, "
     "title, culprit, trace_id, span_id"
 )
+# An issue's events, in the events list's order (newest first, ties by id): the table's
+# key (project_id, issue_id, timestamp) is read from its end.
+_ISSUE_EVENTS = "project_id = {project_id:UInt64} AND issue_id = {issue_id:UInt64}"
+_NEWEST_FIRST = "timestamp DESC, event_id DESC"
+
+
+# Sentry's event levels, as ingest stores an issue's level (``summary.level``: lower
+# case, these aliases folded); a level outside them is stored as sent and not selectable.
+ISSUE_LEVELS = ("fatal", "error", "warning", "info", "debug")
+_LEVEL_ALIASES = {"warn": "warning", "critical": "fatal", "log": "info"}
+MAX_TEXT = 500
+# environment and release values: how many one filter may name, and how long each is.
+MAX_VALUES = 100
+MAX_VALUE_LENGTH = 1000
+_EVENT_ID = re.compile(
+    r"[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE
+)
+_ASCII_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_ASCII_LOWER = str.maketrans(_ASCII_UPPER, _ASCII_UPPER.lower())
 
 
 def parse_statuses(raw: Iterable[str]) -> tuple[str, ...]:
     """``status=resolved&status=muted`` or ``status=resolved,muted``."""
     return parse_choices(raw, ISSUE_STATUSES, field="status")
+
+
+def parse_levels(raw: Iterable[str]) -> tuple[str, ...]:
+    """``level=error&level=fatal`` or ``level=error,fatal``; ``warn`` is ``warning``."""
+    return parse_choices(raw, ISSUE_LEVELS, field="level", aliases=_LEVEL_ALIASES)
+
+
+def parse_text(raw: str) -> str | None:
+    """The ``q`` search text; blank is no filter. NUL is refused: PostgreSQL text
+    cannot hold it (the query would fail there, a 500, and pass on SQLite)."""
+    if "\x00" in raw:
+        raise ValidationError("q may not contain NUL characters", field="q")
+    value = raw.strip()
+    if len(value) > MAX_TEXT:
+        raise ValidationError(f"q must be at most {MAX_TEXT} characters", field="q")
+    return value or None
+
+
+def parse_values(raw: Iterable[str], *, field: str) -> tuple[str, ...]:
+    """``environment=a&environment=b`` or ``environment=a,b``: exact values, trimmed,
+    order kept, no repeats; an empty one (``a,,b``) is a 400 naming ``field``."""
+    found: list[str] = []
+    for chunk in raw:
+        for part in chunk.split(","):
+            value = part.strip()
+            if not value:
+                raise ValidationError(f"{field} values may not be empty", field=field)
+            if len(value) > MAX_VALUE_LENGTH:
+                raise ValidationError(
+                    f"{field} values must be at most {MAX_VALUE_LENGTH} characters", field=field
+                )
+            if value not in found:
+                found.append(value)
+    if len(found) > MAX_VALUES:
+        raise ValidationError(f"{field}: at most {MAX_VALUES} values", field=field)
+    return tuple(found)
+
+
+def parse_event_id(raw: str) -> str:
+    """32 hex digits or a UUID with dashes, any case -> the UUID text ClickHouse compares."""
+    value = raw.strip()
+    if not _EVENT_ID.fullmatch(value):
+        raise ValidationError(
+            "event_id must be 32 hexadecimal characters or a UUID", field="event_id"
+        )
+    return str(uuid.UUID(value))
 
 
 def issue_item(issue: Issue) -> dict[str, Any]:
@@ -55,16 +124,43 @@ def list_issues(
     session: Session,
     project_id: int,
     *,
+    store: ClickHouse | None = None,
     statuses: tuple[str, ...] = (),
+    levels: tuple[str, ...] = (),
+    text: str | None = None,
+    environments: tuple[str, ...] = (),
+    releases: tuple[str, ...] = (),
     sort: str = "-last_seen",
     page: PageRequest,
 ) -> dict[str, Any]:
-    """A project's issues, most recently seen first by default; all statuses unless asked."""
+    """A project's issues, most recently seen first by default; all statuses unless asked.
+
+    Filters combine with AND. ``text``: a substring of the title or the culprit, ASCII
+    case folded on both relational stores alike. ``environments``/``releases``: issues
+    with at least one stored event in one of those environments and (both given) one of
+    those releases, which ClickHouse's ``events`` table knows (``store``)."""
     if sort not in ISSUE_SORTS:
         raise ValidationError(f"sort must be one of {', '.join(ISSUE_SORTS)}", field="sort")
-    where = [Issue.project_id == project_id]
+    where: list[sa.ColumnElement[bool]] = [Issue.project_id == project_id]
     if statuses:
         where.append(Issue.status.in_(statuses))
+    if levels:
+        where.append(Issue.level.in_(levels))
+    if text:
+        pattern = text.translate(_ASCII_LOWER)
+        where.append(
+            sa.or_(
+                _ascii_lower(session, Issue.title).contains(pattern, autoescape=True),
+                _ascii_lower(session, Issue.culprit).contains(pattern, autoescape=True),
+            )
+        )
+    if environments or releases:
+        if store is None:
+            raise ValueError("environment and release filters need the events store")
+        ids = issue_ids_with_events(store, project_id, environments, releases)
+        if not ids:
+            return page_body([], 0, page)
+        where.append(_id_in(session, ids))
     total = session.scalar(sa.select(sa.func.count()).select_from(Issue).where(*where)) or 0
     items: list[dict[str, Any]] = []
     if not page.past_end(total):
@@ -79,22 +175,140 @@ def list_issues(
     return page_body(items, total, page)
 
 
+def issue_ids_with_events(
+    store: ClickHouse,
+    project_id: int,
+    environments: Sequence[str] = (),
+    releases: Sequence[str] = (),
+) -> list[int]:
+    """The ids of the project's issues having an event in one of ``environments`` (any
+    when empty) and one of ``releases`` (any when empty), in id order. Reads the
+    project's part of the table's key (project_id, issue_id, ...) and these columns."""
+    where, params = _event_filter(
+        "project_id = {project_id:UInt64} AND issue_id BETWEEN 1 AND {max_id:UInt64}",
+        {"project_id": project_id, "max_id": db.MAX_ID},
+        environments,
+        releases,
+    )
+    rows = store.query_rows(
+        f"SELECT DISTINCT issue_id FROM events WHERE {where} ORDER BY issue_id", params
+    )
+    return [int(row[0]) for row in rows]
+
+
+def _id_in(session: Session, ids: Sequence[int]) -> sa.ColumnElement[bool]:
+    """``Issue.id`` is one of ``ids``, sent as ONE bound value however many there are.
+    An IN list binds one parameter per id: past 65,535 psycopg refuses the statement
+    (a 500 for a filter matching that many issues), SQLite's limit is a build option
+    (32,766 upstream, 250,000 in Debian's), and the statement is compiled anew for each
+    length. PostgreSQL takes an array (``= ANY``), SQLite a JSON array (``json_each``)."""
+    if session.get_bind().dialect.name == "postgresql":
+        array = sa.bindparam("issue_ids", list(ids), type_=postgresql.ARRAY(sa.Integer()))
+        return Issue.id == sa.any_(array)
+    each = sa.func.json_each(
+        sa.bindparam("issue_ids", orjson.dumps(list(ids)).decode(), type_=sa.String())
+    ).table_valued("value")
+    return Issue.id.in_(sa.select(each.c.value))
+
+
+def _ascii_lower(
+    session: Session, column: sa.ColumnExpressionArgument[str]
+) -> sa.ColumnElement[str]:
+    """``column`` with A-Z folded to a-z and nothing else, on either store: SQLite's
+    lower() folds ASCII only, PostgreSQL's follows the database's locale (so "É" would
+    find "é" there and not on SQLite); translate() makes PostgreSQL fold as SQLite does."""
+    if session.get_bind().dialect.name == "postgresql":
+        return sa.func.translate(column, _ASCII_UPPER, _ASCII_UPPER.lower())
+    return sa.func.lower(column)
+
+
+def _event_filter(
+    where: str,
+    params: dict[str, Any],
+    environments: Sequence[str],
+    releases: Sequence[str],
+) -> tuple[str, dict[str, Any]]:
+    """``where`` and ``params`` narrowed to events in one of ``environments`` and one of
+    ``releases`` (either empty: no condition on it)."""
+    params = dict(params)
+    if environments:
+        where += " AND environment IN {environments:Array(String)}"
+        params["environments"] = list(environments)
+    if releases:
+        where += " AND release IN {releases:Array(String)}"
+        params["releases"] = list(releases)
+    return where, params
+
+
 def issue_events(
-    store: ClickHouse, project_id: int, issue_id: int, page: PageRequest
+    store: ClickHouse,
+    project_id: int,
+    issue_id: int,
+    page: PageRequest,
+    *,
+    environments: Sequence[str] = (),
+    releases: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """An issue's events, newest first, each with the payload as the SDK sent it."""
-    params = {"project_id": project_id, "issue_id": issue_id}
-    where = "project_id = {project_id:UInt64} AND issue_id = {issue_id:UInt64}"
+    """An issue's events, newest first, each with the payload as the SDK sent it; only
+    those in one of ``environments`` and one of ``releases`` when given."""
+    where, params = _event_filter(
+        _ISSUE_EVENTS, {"project_id": project_id, "issue_id": issue_id}, environments, releases
+    )
     total = int(store.query_rows(f"SELECT count() FROM events WHERE {where}", params)[0][0])
     items: list[dict[str, Any]] = []
     if not page.past_end(total):
         rows = store.query_rows(
             f"SELECT {EVENT_COLUMNS}, payload FROM events WHERE {where} "
-            "ORDER BY timestamp DESC, event_id DESC LIMIT {limit:UInt32} OFFSET {offset:UInt64}",
+            f"ORDER BY {_NEWEST_FIRST} LIMIT {{limit:UInt32}} OFFSET {{offset:UInt64}}",
             {**params, "limit": page.per_page, "offset": page.offset},
         )
-        items = [{**event_item(row[:-1]), "payload": stored_json(row[-1])} for row in rows]
+        items = [_with_payload(row) for row in rows]
     return page_body(items, total, page)
+
+
+def issue_event(store: ClickHouse, project_id: int, issue_id: int, event_id: str) -> dict[str, Any]:
+    """One event of the issue, with its payload; ``event_id`` as ``parse_event_id`` gives
+    it. The key's (project_id, issue_id) prefix narrows the read to the issue's granules
+    and the ``idx_event_id`` bloom filter to the one holding the event. NotFound when the
+    issue has no such event (another issue's or project's event included)."""
+    rows = store.query_rows(
+        f"SELECT {EVENT_COLUMNS}, payload FROM events "
+        f"WHERE {_ISSUE_EVENTS} AND event_id = {{event_id:UUID}} ORDER BY received_at LIMIT 1",
+        {"project_id": project_id, "issue_id": issue_id, "event_id": event_id},
+    )
+    if not rows:
+        raise NotFound("event not found")
+    return _with_payload(rows[0])
+
+
+def latest_event(
+    store: ClickHouse,
+    project_id: int,
+    issue_id: int,
+    *,
+    environments: Sequence[str] = (),
+    releases: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The issue's newest event (the first of ``issue_events``, in the same order), with
+    its payload; NotFound when it has none (or none matching the filters). The order is
+    the table's key after (project_id, issue_id), so ClickHouse reads it in order."""
+    where, params = _event_filter(
+        _ISSUE_EVENTS, {"project_id": project_id, "issue_id": issue_id}, environments, releases
+    )
+    rows = store.query_rows(
+        f"SELECT {EVENT_COLUMNS}, payload FROM events WHERE {where} "
+        f"ORDER BY {_NEWEST_FIRST} LIMIT 1",
+        params,
+    )
+    if not rows:
+        filtered = where != _ISSUE_EVENTS
+        raise NotFound("no event of the issue matches" if filtered else "the issue has no events")
+    return _with_payload(rows[0])
+
+
+def _with_payload(row: tuple[Any, ...]) -> dict[str, Any]:
+    """A row of ``EVENT_COLUMNS`` and then ``payload``."""
+    return {**event_item(row[:-1]), "payload": stored_json(row[-1])}
 
 
 def event_item(row: tuple[Any, ...]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Schemas of the issue endpoints: list query, issue, events page."""
+"""Schemas of the issue endpoints: list queries, issue, events page, one event."""
 
 from __future__ import annotations
 
@@ -9,10 +9,36 @@ from marshmallow import ValidationError as SchemaError
 
 from errortrack.api.schemas.paging import PageQuery, page_of, page_request
 from errortrack.errors import ValidationError
-from errortrack.issues.read import ISSUE_SORTS, parse_statuses
+from errortrack.issues.read import (
+    ISSUE_LEVELS,
+    ISSUE_SORTS,
+    MAX_TEXT,
+    MAX_VALUE_LENGTH,
+    MAX_VALUES,
+    parse_levels,
+    parse_statuses,
+    parse_text,
+    parse_values,
+)
 from errortrack.models import ISSUE_STATUSES
 
 _TIME = {"format": "date-time"}
+
+
+def _domain(parse: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a domain parser (``errortrack.issues.read``); its message becomes a schema
+    error on the current field, so MCP and HTTP give the same 400 for the same mistake."""
+    try:
+        return parse(*args, **kwargs)
+    except ValidationError as exc:
+        raise SchemaError(exc.message) from None
+
+
+def _strings(value: Any, what: str) -> list[str]:
+    values = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, str) for v in values):
+        raise SchemaError(f"expected {what}")
+    return values
 
 
 class Statuses(fields.List):
@@ -23,15 +49,95 @@ class Statuses(fields.List):
 
     def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
         values = value if isinstance(value, list) else [value]
-        try:
-            return parse_statuses(str(v) for v in values)
-        except ValidationError as exc:
-            raise SchemaError(exc.message) from None
+        return _domain(parse_statuses, (str(v) for v in values))
+
+
+class Levels(fields.List):
+    """``level=error&level=fatal`` or ``level=error,fatal``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(fields.Str(validate=validate.OneOf(ISSUE_LEVELS)), **kwargs)
+
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
+        return _domain(parse_levels, _strings(value, "level names"))
+
+
+class Values(fields.List):
+    """Exact values of an event column: ``environment=a&environment=b`` or
+    ``environment=a,b``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        item = fields.Str(validate=validate.Length(min=1, max=MAX_VALUE_LENGTH))
+        super().__init__(item, validate=validate.Length(max=MAX_VALUES), **kwargs)
+
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
+        return _domain(parse_values, _strings(value, "text values"), field=attr)
+
+
+class Text(fields.Str):
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
+        return _domain(parse_text, super()._deserialize(value, attr, data, **kwargs))
+
+
+def _environment() -> Values:
+    return Values(
+        metadata={
+            "description": "Only events in one of these environments, exactly as sent "
+            "(repeat or comma-separate: environment=production,staging)."
+        }
+    )
+
+
+def _release() -> Values:
+    return Values(
+        metadata={
+            "description": "Only events of one of these releases, exactly as sent "
+            "(repeat or comma-separate)."
+        }
+    )
+
+
+class _EventFilters(Schema):
+    environment = _environment()
+    release = _release()
+
+    @staticmethod
+    def _filters(data: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "environments": tuple(data.pop("environment", ())),
+            "releases": tuple(data.pop("release", ())),
+        }
 
 
 class IssuesQuery(PageQuery):
     status = Statuses(
         metadata={"description": "Only these statuses (repeat or comma-separate); all if absent."}
+    )
+    level = Levels(
+        metadata={
+            "description": "Only issues at these levels (the level of their newest event; "
+            "repeat or comma-separate: level=error,fatal). warn is taken as warning."
+        }
+    )
+    q = Text(
+        metadata={
+            "maxLength": MAX_TEXT,
+            "description": "Case-insensitive substring (ASCII case folding) of the title "
+            "or the culprit; % and _ are plain characters; blank is no filter.",
+        }
+    )
+    environment = Values(
+        metadata={
+            "description": "Only issues with at least one stored event in one of these "
+            "environments, exactly as sent (repeat or comma-separate)."
+        }
+    )
+    release = Values(
+        metadata={
+            "description": "Only issues with at least one stored event of one of these "
+            "releases, exactly as sent (repeat or comma-separate). With environment: one "
+            "event in both."
+        }
     )
     sort = fields.Str(
         load_default="-last_seen",
@@ -43,15 +149,28 @@ class IssuesQuery(PageQuery):
     def _split(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
         return {
             "statuses": tuple(data.pop("status", ())),
+            "levels": tuple(data.pop("level", ())),
+            "text": data.pop("q", None),
+            **_EventFilters._filters(data),
             "sort": data.pop("sort"),
             "page": page_request(data),
         }
 
 
-class EventsQuery(PageQuery):
+class EventsQuery(_EventFilters, PageQuery):
     @post_load
     def _split(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        return {"page": page_request(data)}
+        return {**self._filters(data), "page": page_request(data)}
+
+
+class LatestEventQuery(_EventFilters):
+    @post_load
+    def _split(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        return self._filters(data)
+
+
+class EventQuery(Schema):
+    """No parameters: an unknown one is a 400, as on every route with a query schema."""
 
 
 class IssueOut(Schema):
