@@ -69,12 +69,15 @@ def _root_cause(exc: BaseException) -> str:
 @contextlib.contextmanager
 def relational_store_errors() -> Iterator[None]:
     """A relational store that cannot be reached, in the block, is one ``Error:`` line
-    (a ClickException), as `check` says it, not a driver's traceback."""
+    (a ClickException), as `check` says it, not a driver's traceback; so is a migration
+    alembic refuses (e.g. a store at a revision this code does not know, after the code
+    was rolled back without restoring the database) or the SQLite migration lock."""
     import sqlalchemy as sa
+    from alembic.util.exc import CommandError
 
     try:
         yield
-    except sa.exc.OperationalError as exc:
+    except (sa.exc.OperationalError, CommandError, relational.MigrationLockError) as exc:
         raise click.ClickException(
             f"relational store (ERRORTRACK_DATABASE_URL): {_root_cause(exc)}"
         ) from None

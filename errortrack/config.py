@@ -21,6 +21,8 @@ from urllib.parse import SplitResult, parse_qs, urlsplit
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from errortrack.api.client_ip import Network, parse_trusted_proxies
+
 PREFIX = "ERRORTRACK_"
 
 # Variables that belong to the project's tools rather than to the server; they are
@@ -263,6 +265,12 @@ class Settings:
     )
     # Accepted items per second per project (a log counts once per log line); 0 = no limit.
     rate_limit_per_second: int = _setting(0, _rate_limit, "Ingest items/s per project")
+    # Reverse proxies / load balancers (addresses or CIDR networks) whose X-Forwarded-For
+    # names the client, for the login lockout's key (api/client_ip.py). Empty trusts none:
+    # the header is then ignored, as any client can send it.
+    trusted_proxies: tuple[Network, ...] = _setting(
+        (), parse_trusted_proxies, "Proxies whose X-Forwarded-For is believed (login lockout)"
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -311,6 +319,6 @@ def settings_table() -> list[tuple[str, str, str]]:
     rows = []
     for f in dataclasses.fields(Settings):
         default = f.default
-        shown = str(default) if default not in ("", None) else "(empty)"
+        shown = str(default) if default not in ("", None, ()) else "(empty)"
         rows.append((f"{PREFIX}{f.name.upper()}", shown, f.metadata["doc"]))
     return rows

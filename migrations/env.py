@@ -7,6 +7,7 @@ from sqlalchemy import text
 
 from errortrack import models  # noqa: F401  (registers every table on Base.metadata)
 from errortrack.db import Base, make_engine
+from errortrack.relational import migration_lock
 
 config = context.config
 
@@ -24,8 +25,8 @@ def _url() -> str:
 MIGRATION_LOCK = 0x6572726F72747261
 
 
-def run_migrations_online() -> None:
-    engine = make_engine(_url())
+def run_migrations_online(url: str) -> None:
+    engine = make_engine(url)
     try:
         with engine.connect() as connection:
             if connection.dialect.name == "postgresql":
@@ -68,4 +69,8 @@ def run_migrations_online() -> None:
         engine.dispose()
 
 
-run_migrations_online()
+_target = _url()
+# SQLite's counterpart of the advisory lock above: a file lock next to the database, held
+# across the whole run, also by `alembic upgrade` from the command line (relational.py).
+with migration_lock(_target):
+    run_migrations_online(_target)

@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 import falcon
 
 from errortrack.api.auth import login_session, principal
+from errortrack.api.client_ip import client_address
 from errortrack.api.middleware import session
 from errortrack.api.schemas import api_doc, load
 from errortrack.api.schemas.access import (
@@ -68,7 +69,7 @@ class Login:
             session(req),
             email=body["email"],
             password=body["password"],
-            ip=req.remote_addr or "",
+            ip=client_address(req, self._state.settings.trusted_proxies),
             throttle=self._throttle,
             now=self._state.clock(),
         )

@@ -23,8 +23,10 @@ growth proportional to the argon2 work an attacker can make us do.
 Kept in memory, per process: a restart forgets it, and with N gunicorn workers an
 attacker gets up to N times the budget. That is enough to turn online guessing from
 thousands of tries a minute into a handful an hour; a shared store is not worth it here.
-Behind a reverse proxy every client has the proxy's IP, so the lockout then works per
-email (still per email, so one attacker cannot lock out everyone).
+Behind a reverse proxy every client has the proxy's IP unless the operator lists it in
+``ERRORTRACK_TRUSTED_PROXIES`` (the key then takes the client from X-Forwarded-For,
+``api/client_ip.py``); without that the lockout works per email alone (still per email,
+so one attacker cannot lock out everyone).
 """
 
 from __future__ import annotations
