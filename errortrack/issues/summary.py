@@ -80,7 +80,10 @@ _MISSING = object()
 
 
 def _placeholder(value: Any, flags: str, width: str, precision: str | None, conv: str) -> str:
-    if conv in "sra" or isinstance(value, (str, list, dict)) or value is None:
+    if isinstance(value, (list, dict)):
+        # As %s and %r show them (the same for both), at any depth (``_shown``).
+        return _shown(value)
+    if conv in "sra" or isinstance(value, str) or value is None:
         # Strings as Python's %s shows them; JSON null was Python's None.
         return str(value) if conv != "r" else repr(value)
     spec = "%" + flags
@@ -92,6 +95,40 @@ def _placeholder(value: Any, flags: str, width: str, precision: str | None, conv
         return (spec + conv) % value
     except (TypeError, ValueError, OverflowError):
         return str(value)
+
+
+class _Text(str):
+    """Text ``_shown`` writes as it is (a bracket, a key), not as a value's repr."""
+
+
+def _shown(value: list[Any] | dict[str, Any]) -> str:
+    """``str(value)`` of a decoded JSON array or object, without recursion: ``str`` and
+    ``repr`` recurse on Python's stack, and params nested ~1,000 deep (orjson reads up to
+    1,024 levels) raised RecursionError, a 500 that lost the whole envelope. Leaves are
+    ``repr``'d as ``str`` does; orjson's writer is no way out, it stops at 255 levels
+    and writes JSON (``null``, ``"q"``), not what Python's logging shows (``None``,
+    ``'q'``)."""
+    out: list[str] = []
+    todo: list[Any] = [value]
+    while todo:
+        item = todo.pop()
+        if type(item) is _Text:
+            out.append(item)
+        elif isinstance(item, dict) and item:
+            todo.append(_Text("}"))
+            for i, (key, child) in reversed(list(enumerate(item.items()))):
+                todo.append(child)
+                todo.append(_Text(("{" if i == 0 else ", ") + repr(key) + ": "))
+        elif isinstance(item, list) and item:
+            todo.append(_Text("]"))
+            for i, child in reversed(list(enumerate(item))):
+                todo.append(child)
+                if i:
+                    todo.append(_Text(", "))
+            todo.append(_Text("["))
+        else:
+            out.append(repr(item))  # a scalar, {} or []
+    return "".join(out)
 
 
 def title(event: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ the inferred type, so both kinds can be filtered through the same typed maps as 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -30,27 +30,111 @@ def infer_type(value: Any) -> str | None:
     return None
 
 
+# How many levels of nested objects in ``data`` or ``tags`` become dotted names; an
+# object below them, and an array nested deeper than this, is kept as one string
+# attribute, the JSON text of the rest (as Relay trims a data bag that is too deep).
+# No SDK nests that far; JSON nested ~1,000 deep (orjson reads up to 1,024 levels) made
+# the recursive flattening, or msgspec writing the attributes, raise RecursionError: a
+# 500 that lost the whole envelope.
+MAX_DEPTH = 32
+
+
 def infer_attributes(*sources: Any) -> dict[str, dict[str, Any]]:
-    """``{name: {value, type}}`` from plain dicts; nested dicts flatten to dotted names,
-    later sources win, and nulls are left out (they carry nothing to filter on)."""
+    """``{name: {value, type}}`` from plain dicts (a source sent as a list is read as
+    ``[key, value]`` pairs, the other form of ``tags``: ``pairs``); nested dicts flatten
+    to dotted names (``MAX_DEPTH``), later sources win, and nulls are left out (they
+    carry nothing to filter on)."""
     out: dict[str, dict[str, Any]] = {}
     for source in sources:
+        if isinstance(source, list):
+            source = pairs(source)
         if isinstance(source, Mapping):
-            _flatten(source, "", out)
+            _flatten(source, out)
     return out
 
 
-def _flatten(source: Mapping[str, Any], prefix: str, out: dict[str, dict[str, Any]]) -> None:
-    for key, value in source.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            _flatten(value, f"{name}.", out)
-            continue
-        kind = infer_type(value)
-        if kind == "string" and not isinstance(value, str):
-            value = str(value)  # an integer beyond Int64 keeps its digits as text
-        if kind is not None:
-            out[name] = {"value": value, "type": kind}
+def pairs(tags: list[Any]) -> dict[str, Any]:
+    """Tags sent as ``[[key, value], ...]``, which Sentry's protocol takes beside an
+    object (until the twentieth session they were dropped without a word). An entry that
+    is not a two-element pair with a string key is skipped, as a value of no type is; a
+    later key wins, as in an object, and values are typed as an object's are."""
+    return {
+        entry[0]: entry[1]
+        for entry in tags
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
+    }
+
+
+def _flatten(source: Mapping[str, Any], out: dict[str, dict[str, Any]]) -> None:
+    """``source``'s values into ``out`` under dotted names, depth first and in order (a
+    later value of the same name wins), without recursion: a stack of the objects being
+    walked, at most ``MAX_DEPTH`` deep."""
+    stack = [("", iter(source.items()))]
+    while stack:
+        prefix, entries = stack[-1]
+        for key, value in entries:
+            name = f"{prefix}{key}"
+            # dict, not Mapping: decoded JSON holds dicts, and the ABC's check cost more
+            # than the rest of a flat value's handling.
+            if isinstance(value, dict):
+                if len(stack) < MAX_DEPTH:
+                    stack.append((f"{name}.", iter(value.items())))
+                    break  # walk it now; this object's remaining entries wait on the stack
+                value = json_text(value)
+            elif isinstance(value, list) and _deeper_than(value, MAX_DEPTH):
+                value = json_text(value)
+            kind = infer_type(value)
+            if kind == "string" and not isinstance(value, str):
+                value = str(value)  # an integer beyond Int64 keeps its digits as text
+            if kind is not None:
+                out[name] = {"value": value, "type": kind}
+        else:
+            stack.pop()
+
+
+def _deeper_than(value: list[Any], limit: int) -> bool:
+    """Whether arrays and objects nest more than ``limit`` levels in ``value``."""
+    todo: list[tuple[list[Any] | dict[str, Any], int]] = [(value, 1)]
+    while todo:
+        node, depth = todo.pop()
+        if depth > limit:
+            return True
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, list | dict):
+                todo.append((child, depth + 1))
+    return False
+
+
+class _Text(str):
+    """Text ``json_text`` writes as it is (a bracket, a key), not as a JSON string."""
+
+
+def json_text(value: Any) -> str:
+    """``value`` as JSON text at any depth, without recursion (msgspec's encoder and
+    ``str`` recurse on Python's stack, and orjson's stops at 255 levels). msgspec writes
+    each key and scalar: integers beyond 64 bits keep their digits."""
+    encode = msgspec.json.encode
+    out: list[str] = []
+    todo: list[Any] = [value]
+    while todo:
+        item = todo.pop()
+        if type(item) is _Text:
+            out.append(item)
+        elif isinstance(item, dict) and item:
+            todo.append(_Text("}"))
+            for i, (key, child) in reversed(list(enumerate(item.items()))):
+                todo.append(child)
+                todo.append(_Text(("," if i else "{") + encode(str(key)).decode() + ":"))
+        elif isinstance(item, list) and item:
+            todo.append(_Text("]"))
+            for i, child in reversed(list(enumerate(item))):
+                todo.append(child)
+                if i:
+                    todo.append(_Text(","))
+            todo.append(_Text("["))
+        else:
+            out.append(encode(item).decode())  # a scalar, {} or []
+    return "".join(out)
 
 
 # The longest an item (a transaction and its spans) is taken to last when placing one
@@ -67,7 +151,7 @@ def place_item(
     """Every span's (start, end) of one item on the server's clock; ``segment`` indexes
     the segment span's times, if the item has it.
 
-    One shift for the whole item (the clock drift, or, for an item from a wrong clock,
+    One move for the whole item (the clock drift, or, for an item from a wrong clock,
     what brings its end to the arrival), so spans keep their places relative to each
     other; a span still outside the window starts with the anchor (``_placed``).
     """
@@ -75,9 +159,12 @@ def place_item(
     segment_start = None if segment is None else times[segment][0]
     anchor = _anchor_of(segment_start, starts, received, drift)
     every = [t for pair in times for t in pair if t is not None]
-    shift = _item_shift(anchor, every, received, drift)
-    fallback = received if anchor is None else anchor + shift
-    return [_placed(start, end, shift, fallback, received) for start, end in times]
+    move = _item_move(anchor, every, received, drift)
+    # Re-checked, never assumed: the arrival when even the anchor's place is implausible.
+    fallback = received if anchor is None else move(anchor)
+    if not timestamps.in_window(fallback, received):
+        fallback = received
+    return [_placed(start, end, move, fallback, received) for start, end in times]
 
 
 def _anchor_of(
@@ -98,37 +185,51 @@ def _anchor_of(
     return segment if segment is not None else max(starts, default=None)
 
 
-def _item_shift(anchor: float | None, times: list[float], received: float, drift: float) -> float:
-    """Seconds to move every span of an item by: the clock drift when its ``anchor`` is
-    plausible; else (the whole item from a wrong clock) what brings the item's end, the
-    latest of its ``times`` from the anchor on, to the arrival, as spans end before the
-    envelope is sent. Bringing the anchor there instead put every later span past the
-    window's 60 s ahead, and they all collapsed onto the anchor with no duration."""
+def _item_move(
+    anchor: float | None, times: list[float], received: float, drift: float
+) -> Callable[[float], float]:
+    """Where each time of an item goes: moved by the clock drift when its ``anchor`` is
+    plausible; else (the whole item from a wrong clock) to its distance before the item's
+    end, the latest of its ``times`` from the anchor on, counted back from the arrival, as
+    spans end before the envelope is sent. Bringing the anchor there instead put every
+    later span past the window's 60 s ahead, and they all collapsed onto the anchor with
+    no duration.
+
+    The distance, not a shift: ``received - end`` is a float the size of the wrong clock,
+    and adding it back to a time of 1e20 (doubles 16,384 s apart there) lost the arrival
+    by up to hours; 1e25 landed in 2038 and 1e30 at 0, dropped as too old after its 200.
+    The difference of two times within a factor of two of each other, as an item's from
+    one clock are, is exact (Sterbenz), so ``received - (end - t)`` is off by at most
+    the rounding at the arrival's size (~0.1 us) and sane items keep exact places."""
     if anchor is None:
-        return 0.0
+        return lambda t: t
     if timestamps.in_window(anchor + drift, received):
-        return drift
+        return lambda t: t + drift
     # Only ends a span can plausibly have: one garbage end (20 days after its start)
     # would otherwise drag the whole item that far into the past.
-    ends = [t for t in times if anchor <= t <= anchor + MAX_SPAN_SECONDS]
-    return received - max(ends, default=anchor)
+    end = max((t for t in times if anchor <= t <= anchor + MAX_SPAN_SECONDS), default=anchor)
+    return lambda t: received - (end - t)
 
 
 def _placed(
-    start: float | None, end: float | None, shift: float, anchor: float, received: float
+    start: float | None,
+    end: float | None,
+    move: Callable[[float], float],
+    anchor: float,
+    received: float,
 ) -> tuple[float, float]:
-    """One span's (start, end), moved by its item's ``shift``.
+    """One span's (start, end), moved as its whole item is (``move``).
 
     A span whose own start still lies outside Sentry's window (a bad clock, a start of
-    0) starts at ``anchor``, its segment's start, instead of moving its siblings: one
-    such span had shifted a whole item decades ahead, past its retention, or left a
-    sibling dated 1970 for the TTL. An end outside the window, or before the start, ends
-    the span where it starts.
+    0) starts at ``anchor``, its segment's start (the arrival when that is not in the
+    window either), instead of moving its siblings: one such span had shifted a whole
+    item decades ahead, past its retention, or left a sibling dated 1970 for the TTL. An
+    end outside the window, or before the start, ends the span where it starts.
     """
-    begin = anchor if start is None else start + shift
+    begin = anchor if start is None else move(start)
     if not timestamps.in_window(begin, received):
         begin = anchor
-    finish = begin if end is None else end + shift
+    finish = begin if end is None else move(end)
     if finish < begin or not timestamps.in_window(finish, received):
         finish = begin
     return begin, finish
