@@ -3,6 +3,7 @@ lists every route but SDK ingest, which ``server.py`` serves beside this app."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import falcon
@@ -15,16 +16,42 @@ from errortrack.api import logs as logs_api
 from errortrack.api import storage as storage_api
 from errortrack.api import traces as traces_api
 from errortrack.api.auth import Authentication
-from errortrack.api.middleware import DatabaseSessions, HeadAsGet, RenderJSON
+from errortrack.api.middleware import (
+    AuthChallenge,
+    DatabaseSessions,
+    HeadAsGet,
+    RefuseUndeclaredQuery,
+    RenderJSON,
+    UnknownMethods,
+)
 from errortrack.auth.throttle import LoginThrottle
 from errortrack.config import Settings
 from errortrack.state import AppState
 from errortrack.storage import retention
 
 
+class RelationalId(falcon.routing.BaseConverter):
+    """``int`` as an id the relational store can hold (1 to ``db.MAX_ID``, as the OpenAPI
+    description says: ``api/openapi.py``), spelled one way only: ASCII digits without a
+    sign or a leading zero. Falcon's IntConverter reads with ``int()``, which also takes
+    other scripts' digits (``/api/projects/٢٦``), ``+26``, ``026`` and ``2_6``: one
+    project answered at many URLs (found in the twentieth session). Any other spelling
+    matches no route, a 404 like an id that does not exist."""
+
+    # At most 10 digits: MAX_ID has 10, and int() never sees a long string.
+    _CANONICAL = re.compile(r"[1-9][0-9]{0,9}")
+
+    def convert(self, value: str) -> int | None:
+        if self._CANONICAL.fullmatch(value) is None:
+            return None
+        number = int(value)
+        return number if number <= db.MAX_ID else None
+
+
 def configure(app: falcon.App) -> None:
     """What the management app and the ingest app (server.py) share: orjson for JSON
-    bodies, /x and /x/ as one route, and one error shape."""
+    bodies, /x and /x/ as one route, one error shape, path ids that are relational ids,
+    and unknown methods answered 405."""
     handler = falcon.media.JSONHandler(
         dumps=lambda obj: orjson.dumps(obj).decode(),
         loads=orjson.loads,
@@ -33,15 +60,12 @@ def configure(app: falcon.App) -> None:
     app.resp_options.media_handlers[falcon.MEDIA_JSON] = handler
     # Trailing slashes are part of Sentry's ingest URLs; treat /x and /x/ alike everywhere.
     app.req_options.strip_url_path_trailing_slash = True
+    # Every {x:int} in either app is a relational id, the ingest app's project ids too
+    # (0, -1, 2^31 or an Arabic-Indic digit went on to ingest's key check, a 403). Set
+    # before the routes, which compile it in.
+    app.router_options.converters["int"] = RelationalId
+    app.add_middleware(UnknownMethods())
     errors.install(app)
-
-
-class RelationalId(falcon.routing.IntConverter):
-    """``int`` as an id the relational store can hold, as the OpenAPI description says
-    (``api/openapi.py``)."""
-
-    def __init__(self) -> None:
-        super().__init__(min=1, max=db.MAX_ID)
 
 
 def create_app(settings: Settings | None = None, *, state: AppState | None = None) -> falcon.App:
@@ -56,13 +80,14 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
         DatabaseSessions(state.sessions),
         Authentication(state.clock),
         RenderJSON(),
+        # Every 401 here names the scheme to use (RFC 9110 11.6.1); ingest's are Sentry's.
+        AuthChallenge(),
+        # A query parameter on a route that declares no query schema is a 400, as on the
+        # lists (health checks and the docs declare nothing and take any).
+        RefuseUndeclaredQuery(),
     ]
     app = falcon.App(middleware=middleware)
     configure(app)
-    # Every {x:int} here is a relational id (``db.MAX_ID``): a larger one matches no
-    # route, a 404 like any id that does not exist. Set before the routes, which compile
-    # it in.
-    app.router_options.converters["int"] = RelationalId
 
     app.add_route("/healthz", health.Healthz())
     app.add_route("/readyz", health.Readyz(state))

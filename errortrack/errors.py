@@ -72,6 +72,14 @@ class UnsupportedMediaType(ErrortrackError):
     code = "unsupported_media_type"
 
 
+class UnsupportedContentEncoding(UnsupportedMediaType):
+    """A body in a content coding the server does not decode. RFC 9110 15.5.16: the
+    answer says which codings it takes (only identity)."""
+
+    def headers(self) -> dict[str, str]:
+        return {"Accept-Encoding": "identity"}
+
+
 class _RetryLater(ErrortrackError):
     def __init__(self, message: str, *, retry_after: int, **kwargs: str | None) -> None:
         super().__init__(message, **kwargs)

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import re
 from typing import Any, Protocol
+from urllib.parse import unquote_to_bytes
 
+import falcon
 import falcon.asgi
 from a2wsgi import WSGIMiddleware
 
@@ -59,6 +61,8 @@ class ServerApp:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         kind = scope["type"]
+        if kind == "http" and not scope["path"].startswith("/"):
+            scope = _origin_form(scope)
         if kind == "http" and _INGEST.fullmatch(scope["path"]):
             await self.ingest(scope, receive, send)
         elif (
@@ -72,6 +76,49 @@ class ServerApp:
         elif kind == "lifespan":
             await _lifespan(self.lifecycle, receive, send)
         # Websockets: none are served; the server closes the connection.
+
+
+# An absolute-form request target's scheme and authority ("http://host:port").
+_ABSOLUTE = re.compile(r"https?://[^/]*", re.IGNORECASE)
+_ABSOLUTE_RAW = re.compile(rb"https?://[^/]*", re.IGNORECASE)
+
+
+def _origin_form(scope: Any) -> Any:
+    """The scope of an absolute-form request (``GET http://host/healthz HTTP/1.1``) with
+    the path alone, as an origin-form request has it. RFC 9112 3.2.2: a server MUST
+    accept the absolute form; gunicorn's asgi worker hands the whole URI over as
+    ``path`` and ``raw_path`` (gunicorn/asgi/parser.py), and every such request was a
+    404. Only http and https: other targets stay as they are (no route; a 404). The
+    authority is not checked against Host, as Host is not checked either; the query is
+    already apart, in ``query_string``."""
+    raw = scope.get("raw_path") or b""
+    found = _ABSOLUTE_RAW.match(raw)
+    if found is not None:
+        # From the bytes as received, decoded as gunicorn decodes a path: a "%2F" in the
+        # authority must not end it.
+        raw_path = raw[found.end() :] or b"/"
+        path = unquote_to_bytes(raw_path).decode("utf-8", "replace")
+        return {**scope, "path": path, "raw_path": raw_path}
+    found_path = _ABSOLUTE.match(scope["path"])
+    if found_path is None:
+        return scope
+    # A server that gives no raw_path: the decoded path is all there is.
+    return {**scope, "path": scope["path"][found_path.end() :] or "/"}
+
+
+async def _no_ingest_route(
+    req: falcon.asgi.Request, resp: falcon.asgi.Response | None, **_: Any
+) -> None:
+    """An ingest path with a malformed project id (``/api/abc/envelope/``,
+    ``/api/٢/envelope/``, ``/api/0/store/``): the common 404, with the CORS headers of
+    every ingest answer so that a browser SDK can read it (Falcon's own had none)."""
+    raise falcon.HTTPNotFound(headers=_INGEST_CORS)
+
+
+_INGEST_CORS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Expose-Headers": ingest_api.EXPOSE,
+}
 
 
 async def _healthz(scope: Any, send: Any) -> None:
@@ -138,4 +185,6 @@ def create_server_app(
         "/api/{project_id:int}/envelope", ingest_api.Envelope(state.ingest.ingest, max_body)
     )
     app.add_route("/api/{project_id:int}/store", ingest_api.Store(state.ingest.ingest, max_body))
+    # Only ingest paths reach this app (_INGEST), so whatever no route takes is one of them.
+    app.add_sink(_no_ingest_route)
     return ServerApp(app, create_app(state=state), api_threads, lifecycle)

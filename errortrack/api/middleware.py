@@ -11,6 +11,7 @@ import orjson
 from sqlalchemy.orm import Session, sessionmaker
 
 from errortrack.api.errors import error_body
+from errortrack.api.params import NoQuery, load_query
 
 log = logging.getLogger(__name__)
 
@@ -115,3 +116,70 @@ class HeadAsGet:
             if "GET" in methods and "HEAD" not in methods:
                 methods.insert(methods.index("GET") + 1, "HEAD")
                 resp.set_header("Allow", ", ".join(methods))
+
+
+# The challenge every management 401 carries (RFC 9110 11.6.1: a 401 MUST send one).
+# Bearer, the scheme API tokens use (RFC 6750); no browser shows a login dialog for it.
+CHALLENGE = 'Bearer realm="errortrack"'
+
+
+class AuthChallenge:
+    """``WWW-Authenticate`` on every 401 of the management API, however it was raised.
+    Not on ingest's: Sentry's protocol defines those (X-Sentry-Auth, docs/INGEST.md)."""
+
+    def process_response(
+        self, req: falcon.Request, resp: falcon.Response, resource: Any, req_succeeded: bool
+    ) -> None:
+        if falcon.http_status_to_code(resp.status) == 401 and not resp.get_header(
+            "WWW-Authenticate"
+        ):
+            resp.set_header("WWW-Authenticate", CHALLENGE)
+
+
+class RefuseUndeclaredQuery:
+    """A 400 naming the first query parameter sent to a responder that declares no query
+    schema (``ApiDoc.query``), the answer the lists give a parameter they do not know:
+    ``/api/projects?page=2`` answered the whole list, as if paged. Responders with a
+    query schema check their own (``load_query``); responders without an ``ApiDoc``
+    (health checks, the OpenAPI document, Swagger UI) take any query, as probes and
+    cache-busting clients send one. Checked before the responder runs, so before
+    credentials and ids: the answer is the same for every caller and every id."""
+
+    def process_resource(
+        self, req: falcon.Request, resp: falcon.Response, resource: Any, params: Any
+    ) -> None:
+        if resource is None or not req.params:
+            return
+        responder = getattr(resource, f"on_{req.method.lower()}", None)
+        doc = getattr(responder, "__api_doc__", None)
+        if doc is not None and doc.query is None:
+            load_query(req, NoQuery)
+
+
+class UnknownMethods:
+    """405 with the route's ``Allow`` for a method Falcon does not know (``FOO``), as it
+    answers one it knows but the route does not serve (``PROPFIND``); Falcon answered
+    400 "Invalid HTTP method". A path with no route stays a 404. In both apps (the ASGI
+    ingest app awaits ``process_resource_async``)."""
+
+    def process_resource(
+        self, req: falcon.Request, resp: falcon.Response, resource: Any, params: Any
+    ) -> None:
+        if resource is not None and req.method not in _KNOWN_METHODS:
+            raise falcon.HTTPMethodNotAllowed(allowed_methods(resource))
+
+    async def process_resource_async(self, req: Any, resp: Any, resource: Any, params: Any) -> None:
+        self.process_resource(req, resp, resource, params)
+
+
+_KNOWN_METHODS = frozenset(falcon.COMBINED_METHODS)
+
+
+def allowed_methods(resource: Any) -> list[str]:
+    """The ``Allow`` Falcon's own 405 gives ``resource`` (falcon.routing.util,
+    set_default_responders): its responders in order, then OPTIONS, which Falcon
+    answers for every route. HeadAsGet adds HEAD beside GET on the way out."""
+    methods = [m for m in sorted(falcon.routing.map_http_methods(resource)) if m != "WEBSOCKET"]
+    if "OPTIONS" not in methods:
+        methods.append("OPTIONS")
+    return methods

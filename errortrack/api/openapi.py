@@ -100,18 +100,24 @@ def _operation(
     path: str, method: str, doc: ApiDoc, path_params: list[dict[str, Any]]
 ) -> dict[str, Any]:
     query = [{"in": "query", "schema": doc.query}] if doc.query else []
+    # Path parameters the responder states rules for (ApiDoc.path) replace the template's.
+    declared = [{"in": "path", "schema": doc.path}] if doc.path else []
+    named = set(doc.path().fields) if doc.path else set()
+    typed = [p for p in path_params if p["name"] not in named]
     slug = re.sub(r"[^a-z0-9]+", "_", path.lower()).strip("_")
     op: dict[str, Any] = {
         "operationId": f"{method.lower()}_{slug}",
         "summary": doc.summary,
         "tags": list(doc.tags),
-        "parameters": [*path_params, *query],
+        "parameters": [*typed, *declared, *query],
         "responses": {str(doc.status): _success(doc), **_errors(doc, bool(path_params))},
         "security": [{"bearer": []}, {"session": []}] if doc.auth else [],
     }
     if doc.request is not None:
         op["requestBody"] = {
-            "required": True,
+            # No body is read as {} (api.schemas.load): a schema with nothing required
+            # takes none (PATCH /api/projects/{id} was documented as needing one).
+            "required": any(f.required for f in doc.request().fields.values()),
             "content": {"application/json": {"schema": doc.request}},
         }
     return op

@@ -15,6 +15,11 @@ import marshmallow
 from errortrack.errors import ValidationError
 
 
+class NoQuery(marshmallow.Schema):
+    """The query of a route that takes none: every parameter is unknown, a 400 naming it
+    (``api.middleware.RefuseUndeclaredQuery`` loads it for such routes)."""
+
+
 def load_query(req: falcon.Request, schema: type[marshmallow.Schema]) -> dict[str, Any]:
     try:
         data: dict[str, Any] = schema().load(dict(req.params))

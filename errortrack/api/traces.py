@@ -7,7 +7,7 @@ import falcon
 from errortrack.api.auth import principal
 from errortrack.api.middleware import session
 from errortrack.api.schemas import api_doc
-from errortrack.api.schemas.traces import TraceOut
+from errortrack.api.schemas.traces import TraceOut, TracePath
 from errortrack.auth.permissions import require_project
 from errortrack.logs.filters import parse_trace_id
 from errortrack.state import AppState
@@ -21,6 +21,7 @@ class ProjectTrace:
     @api_doc(
         "A trace's spans as a tree, with its logs and error events",
         response=TraceOut,
+        path=TracePath,
         tags=("traces",),
     )
     def on_get(

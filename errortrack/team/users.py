@@ -14,6 +14,27 @@ from errortrack.models import User
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
+# Characters no address may hold (the review of the twentieth session invited
+# "\u0011@ą😍.µ"): controls (Cc: C0, DEL, C1), format characters (Cf: invisible ones such
+# as the zero-width space, the soft hyphen and the BOM, and the bidi overrides that show
+# an address reversed), private use (Co) and surrogates (Cs). An admin reads an
+# invitation's address, and these make one address look like another or like nothing.
+# Up to U+FFFF only: the document's pattern (api/schemas/access.py) must state exactly
+# this, alike for Python's re and for ECMA-262 without the u flag (as Swagger UI
+# compiles it), where a character past U+FFFF is two surrogate code units and no range
+# of them can be written. So the tag characters (U+E0000 block), the few other format
+# characters past U+FFFF and the supplementary private-use planes are taken, like any
+# visible character there (emoji). Unassigned code points (Cn) are taken too: which
+# they are depends on the Unicode version of whoever reads them. The set is spelled
+# out rather than read from unicodedata so that the pattern and the check cannot
+# differ; a test holds it to the running Python's categories (it has Unicode 14's).
+INVISIBLE_BMP = (
+    r"\x00-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e"
+    r"\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ue000-\uf8ff\ufeff\ufff9-\ufffb"
+)
+# Lone surrogates besides: JSON cannot carry them (orjson refuses), a command line can.
+INVISIBLE = re.compile(rf"[{INVISIBLE_BMP}\ud800-\udfff]")
+
 
 def email_key(email: str) -> str:
     """An email as accounts are stored and looked up: NFC (an "é" typed as one code point
@@ -27,6 +48,13 @@ def normalise_email(email: str) -> str:
     value = email_key(email)
     if not _EMAIL.match(value) or len(value) > 320:
         raise ValidationError("not a valid email address", field="email")
+    hidden = INVISIBLE.search(value)
+    if hidden is not None:
+        raise ValidationError(
+            f"not a valid email address: it holds U+{ord(hidden.group()):04X}, a control, "
+            "invisible or private-use character",
+            field="email",
+        )
     return value
 
 

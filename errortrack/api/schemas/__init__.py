@@ -12,8 +12,12 @@ every responder that takes a JSON body, a query string, or returns JSON is decor
             ...
             resp.media = NewTokenOut().dump(new)
 
-``request`` is the body schema (also used by :func:`load`), ``query`` the query-string
-schema, ``response`` the schema of the success body (``many=True`` for a JSON array;
+``request`` is the body schema (also used by :func:`load`; the document marks the body
+required only when the schema has a required field, since no body is read as ``{}``),
+``query`` the query-string schema (a responder without one takes no query parameter:
+``api.middleware.RefuseUndeclaredQuery`` answers 400), ``path`` a schema stating the
+rules of path parameters no converter types (``{trace_id}``), ``response`` the schema of
+the success body (``many=True`` for a JSON array;
 None with ``status=204`` for an empty response). ``auth=False`` marks endpoints that need
 no credentials. :func:`operations` walks a ``falcon.App``'s routes and yields
 ``(path, method, ApiDoc)`` for every decorated responder, which is all an apispec plugin
@@ -32,7 +36,13 @@ import falcon
 import marshmallow
 import orjson
 
-from errortrack.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType, ValidationError
+from errortrack.errors import (
+    BadRequest,
+    PayloadTooLarge,
+    UnsupportedContentEncoding,
+    UnsupportedMediaType,
+    ValidationError,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 SchemaClass = type[marshmallow.Schema]
@@ -43,6 +53,8 @@ class ApiDoc:
     summary: str
     request: SchemaClass | None = None
     query: SchemaClass | None = None
+    # Path parameters that are no converter's ({trace_id}): their rules for the document.
+    path: SchemaClass | None = None
     response: SchemaClass | None = None
     many: bool = False
     status: int = 200
@@ -68,7 +80,18 @@ MAX_BODY_BYTES = 1 << 20
 
 def load(req: falcon.Request, schema: SchemaClass) -> dict[str, Any]:
     """The request's JSON body validated by ``schema``; 400 naming the first bad field,
-    413 over ``MAX_BODY_BYTES``, 415 for a body that is not sent as JSON."""
+    413 over ``MAX_BODY_BYTES``, 415 for a body that is not sent as JSON or is sent in a
+    content coding."""
+    encoding = (req.get_header("Content-Encoding") or "").strip().lower()
+    if encoding not in ("", "identity"):
+        # Refused before the body is read. Bodies were read as they came whatever the
+        # header said: gzip-compressed JSON was "not valid JSON", and a plain body
+        # labelled gzip was acted on, when the sender meant something else. Management
+        # bodies are small (a login, a name); SDK ingest decodes codings (docs/INGEST.md).
+        raise UnsupportedContentEncoding(
+            f"request bodies are taken without a content coding, not {encoding}",
+            field="Content-Encoding",
+        )
     if (req.content_length or 0) > MAX_BODY_BYTES:
         raise PayloadTooLarge(f"request body is larger than {MAX_BODY_BYTES} bytes")
     if req.content_length is None and req.get_header("Transfer-Encoding"):

@@ -16,6 +16,7 @@ from errortrack.config import MAX_RETENTION_DAYS
 from errortrack.db import MAX_ID
 from errortrack.models import GLOBAL_ROLES, PROJECT_ROLES
 from errortrack.projects.keys import MAX_LABEL
+from errortrack.team.users import INVISIBLE_BMP
 
 _global_role = validate.OneOf(GLOBAL_ROLES)
 _project_role = validate.OneOf(PROJECT_ROLES)
@@ -51,14 +52,22 @@ _named = {
     "maxLength": _NAME_MAX,
     "pattern": rf"^[^\x00]*[^\x00{_SPACE}][^\x00]*$",
 }
-# team.users.normalise_email: its pattern and length (on the trimmed, lower-cased NFC form).
-_part = rf"[^\x00@{_SPACE}]+"
-_email_shape = {"maxLength": 320, "pattern": rf"^{_part}@{_part}\.{_part}$"}
+# team.users.normalise_email: its pattern and length (on the trimmed, lower-cased NFC form),
+# and the control, invisible and private-use characters it refuses (users.INVISIBLE_BMP).
+_part = rf"[^@{_SPACE}{INVISIBLE_BMP}]+"
+_email_shape = {
+    "maxLength": 320,
+    "pattern": rf"^{_part}@{_part}\.{_part}$",
+    "description": "No control, format (invisible) or private-use character up to "
+    "U+FFFF (Unicode categories Cc, Cf, Co)",
+}
 
 
 class LoginIn(Schema):
-    email = fields.Str(required=True, validate=_email)
-    password = fields.Str(required=True, validate=_password)
+    # No NUL, as in every body (api.schemas.load's 400): the document said nothing and a
+    # NUL was a 400 where it promised only 401s.
+    email = fields.Str(required=True, validate=_email, metadata={"pattern": _NO_NUL})
+    password = fields.Str(required=True, validate=_password, metadata={"pattern": _NO_NUL})
 
 
 class SessionOut(Schema):

@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from marshmallow import Schema, fields, validate
 
 from errortrack.paging import DEFAULT_PER_PAGE, MAX_PAGE, MAX_PER_PAGE, PageRequest
 
+# A decimal integer spelled one way: ASCII digits, no leading zero, a minus at most (the
+# range check answers a negative). At most 20 digits; a longer one is no page either.
+_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]{0,19})")
+
+
+class QueryInt(fields.Int):
+    """An integer query parameter in ASCII digits only. marshmallow's Int reads with
+    ``int()``, which also takes other scripts' digits (``page=%D9%A1``, an Arabic-Indic
+    one), ``+1``, `` 1``, ``01`` and ``1_0``: each was read as page 1 (found in the
+    twentieth session)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if not isinstance(value, str) or _DECIMAL.fullmatch(value) is None:
+            raise self.make_error("invalid")
+        return super()._deserialize(value, attr, data, **kwargs)
+
 
 class PageQuery(Schema):
-    page = fields.Int(
+    page = QueryInt(
         load_default=1,
         validate=validate.Range(1, MAX_PAGE),
         metadata={"description": "1-based page number; a page past the end is empty."},
     )
-    per_page = fields.Int(
+    per_page = QueryInt(
         load_default=DEFAULT_PER_PAGE,
         validate=validate.Range(1, MAX_PER_PAGE),
         metadata={"description": f"Items per page, at most {MAX_PER_PAGE}."},

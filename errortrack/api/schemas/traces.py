@@ -5,9 +5,23 @@ from __future__ import annotations
 from marshmallow import Schema, fields
 
 from errortrack.api.schemas.issues import EventSummaryOut
-from errortrack.api.schemas.logs import LogOut
+from errortrack.api.schemas.logs import LogOut, LogsQuery
 
 _TIME = {"format": "date-time"}
+
+
+class TracePath(Schema):
+    """The path's ``{trace_id}`` as the document states it (``ApiDoc.path``): the logs
+    filter's pattern, as both are read by ``filters.parse_trace_id`` (a 400 otherwise).
+    It was a bare string in the document while ``/traces/0`` was a 400."""
+
+    trace_id = fields.Str(
+        required=True,
+        metadata={
+            "description": "32 hex digits, any case, or a UUID with dashes.",
+            "pattern": LogsQuery._declared_fields["trace_id"].metadata["pattern"],
+        },
+    )
 
 
 class SpanOut(Schema):
