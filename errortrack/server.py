@@ -19,6 +19,7 @@ import falcon
 import falcon.asgi
 from a2wsgi import WSGIMiddleware
 
+from errortrack.api import health
 from errortrack.api import ingest as ingest_api
 from errortrack.app import configure, create_app
 from errortrack.config import Settings
@@ -31,6 +32,8 @@ API_THREADS = 8
 # Everything under these paths is ingest's, including a malformed project id (its 404).
 _INGEST = re.compile(r"/api/[^/]+/(?:envelope|store)/?")
 _HEALTHZ = re.compile(r"/healthz/?")
+# Readiness is answered by the ASGI app too, on the loop (api/health.py, ReadyzOnLoop).
+_READYZ = re.compile(r"/readyz/?")
 # /healthz as the management app answers it (orjson's encoding of {"status": "ok"}).
 _HEALTHZ_BODY = b'{"status":"ok"}'
 
@@ -63,7 +66,9 @@ class ServerApp:
         kind = scope["type"]
         if kind == "http" and not scope["path"].startswith("/"):
             scope = _origin_form(scope)
-        if kind == "http" and _INGEST.fullmatch(scope["path"]):
+        if kind == "http" and (
+            _INGEST.fullmatch(scope["path"]) or _READYZ.fullmatch(scope["path"])
+        ):
             await self.ingest(scope, receive, send)
         elif (
             kind == "http"
@@ -185,6 +190,8 @@ def create_server_app(
         "/api/{project_id:int}/envelope", ingest_api.Envelope(state.ingest.ingest, max_body)
     )
     app.add_route("/api/{project_id:int}/store", ingest_api.Store(state.ingest.ingest, max_body))
-    # Only ingest paths reach this app (_INGEST), so whatever no route takes is one of them.
+    app.add_route("/readyz", health.ReadyzOnLoop(health.Readyz(state)))
+    # Only ingest paths and /readyz reach this app (_INGEST, _READYZ), so whatever no
+    # route takes is an ingest path.
     app.add_sink(_no_ingest_route)
     return ServerApp(app, create_app(state=state), api_threads, lifecycle)

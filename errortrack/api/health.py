@@ -1,7 +1,10 @@
 """Liveness and readiness probes.
 
-/healthz is answered on the event loop by the served app (``server.py``), apart from the
-management API's threads; this resource answers it where the management app runs alone.
+/healthz and /readyz are answered on the event loop by the served app (``server.py``,
+``ReadyzOnLoop``), apart from the management API's threads: with those all held by
+requests waiting on a store that does not answer, a probe queued behind them took as long
+as they did (7-12 s with two threads, past any load balancer's timeout). The management
+app's own resources answer them where it runs alone.
 
 /readyz also reports ``quarantined_rows``: rows ClickHouse refused for their data, kept
 in the spool's quarantine (docs/INGEST.md, "Poison rows"). They do not make the server
@@ -16,6 +19,7 @@ within that time, and holds one thread, not one of the management API's per prob
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 import queue
@@ -123,24 +127,69 @@ class Readyz:
                 failures[name] = _one_line(exc)
         return failures
 
-    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        failures = self.check_stores()
-        if failures:
-            # The probe is public: the answer names the stores, the log says why (a
-            # driver's message carries hosts, ports, users and database names).
-            for store, why in failures.items():
-                log.warning("readyz: %s store not ready: %s", store, why)
-            names = ", ".join(sorted(failures))
-            raise Unavailable(
-                f"store not ready: {names} (the server log says why)", retry_after=RETRY_AFTER
-            )
+    async def check_stores_async(self) -> dict[str, str]:
+        """``check_stores`` awaited on an event loop: the same checks and deadline, and
+        no thread held while waiting."""
+        running = {check.name: check.current() for check in self._checks}
+        failures: dict[str, str] = {}
+        for name, (future, since) in running.items():
+            left = since + self._deadline - time.monotonic()
+            # shield: a timeout must not cancel the check, which later probes share.
+            waiting = asyncio.shield(asyncio.wrap_future(future))
+            try:
+                await asyncio.wait_for(waiting, timeout=max(0.0, left))
+            except TimeoutError:
+                failures[name] = f"did not answer within {self._deadline:g} s"
+            except BaseException as exc:  # what the check raised (BaseException too)
+                if isinstance(exc, asyncio.CancelledError) and not future.done():
+                    raise  # the probe itself was cancelled (the client went away)
+                failures[name] = _one_line(exc)
+        return failures
+
+    def refuse(self, failures: dict[str, str]) -> None:
+        """Raise the 503 for ``failures``. The probe is public: the answer names the
+        stores, the log says why (a driver's message carries hosts, ports, users and
+        database names)."""
+        for store, why in failures.items():
+            log.warning("readyz: %s store not ready: %s", store, why)
+        names = ", ".join(sorted(failures))
+        raise Unavailable(
+            f"store not ready: {names} (the server log says why)", retry_after=RETRY_AFTER
+        )
+
+    def ready(self) -> dict[str, object]:
+        """The 200's body (reads the quarantine's files)."""
         kept = quarantine.Quarantine(quarantine.directory(self._state.settings.spool_dir))
-        resp.media = {
+        return {
             "status": "ok",
             "relational": "ok",
             "clickhouse": "ok",
             "quarantined_rows": kept.count(),
         }
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        failures = self.check_stores()
+        if failures:
+            self.refuse(failures)
+        resp.media = self.ready()
+
+    on_head = on_get
+
+
+class ReadyzOnLoop:
+    """/readyz in the served app's ASGI app, on the event loop (the module's docstring):
+    the checks run in their own threads as ever, and the probe awaits them."""
+
+    def __init__(self, readyz: Readyz) -> None:
+        self._readyz = readyz
+
+    async def on_get(self, req: object, resp: falcon.Response) -> None:
+        failures = await self._readyz.check_stores_async()
+        if failures:
+            self._readyz.refuse(failures)
+        # In a thread of the loop's own pool, not the management API's: a directory
+        # listing and small reads, but file I/O all the same.
+        resp.media = await asyncio.to_thread(self._readyz.ready)
 
     on_head = on_get
 

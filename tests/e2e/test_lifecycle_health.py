@@ -87,6 +87,18 @@ def test_a_frozen_relational_store_fails_readyz_in_time_and_never_healthz(tmp_pa
                     resp = httpx.get(f"{server.url}{path}", timeout=READY_DEADLINE + 8)
                     return resp.status_code, time.monotonic() - started
 
+                def login() -> int:
+                    body = {"email": "someone@example.com", "password": "not this one"}
+                    url = f"{server.url}/auth/login"
+                    return httpx.post(url, json=body, timeout=60).status_code
+
+                # Both API threads held by requests waiting on the frozen store (until it
+                # thaws, or a new connection's 5 s timeout): the probes are answered on
+                # the event loop, not queued behind them (7-12 s before the twentieth
+                # session).
+                holders = concurrent.futures.ThreadPoolExecutor(2)
+                logins = [holders.submit(login) for _ in range(2)]
+                time.sleep(0.5)
                 with concurrent.futures.ThreadPoolExecutor(8) as pool:
                     readyz = [pool.submit(probe, "/readyz") for _ in range(6)]
                     time.sleep(0.5)
@@ -100,6 +112,9 @@ def test_a_frozen_relational_store_fails_readyz_in_time_and_never_healthz(tmp_pa
                 assert probe("/readyz")[0] == 503
 
                 proxy.frozen.clear()
+                # 401 once the store thaws; 503 if one had to connect anew meanwhile.
+                assert {f.result() for f in logins} <= {401, 503}
+                holders.shutdown()
                 deadline = time.monotonic() + 15
                 while probe("/readyz")[0] != 200:
                     assert time.monotonic() < deadline, "readyz did not recover"
