@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,16 +80,28 @@ def migration_lock(url: str, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
         yield
         return
     try:
-        handle = path.open("a")
+        # Readable and writable by all the umask allows: the file's owner (whoever
+        # migrated first, root running `token create` say) must not decide who may
+        # migrate later. flock needs no write access, so an existing file that this user
+        # may only read is opened read-only (it was "Permission denied", and `serve`
+        # did not start).
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            raise MigrationLockError(
+                f"cannot open the migration lock file {path}: {exc.strerror or exc}"
+            ) from None
     except OSError as exc:
         raise MigrationLockError(
             f"cannot open the migration lock file {path}: {exc.strerror or exc}"
         ) from None
-    with handle:
+    try:
         deadline = time.monotonic() + wait
         while True:
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 # Polled rather than a blocking flock, so that the wait is bounded, like
@@ -102,4 +115,6 @@ def migration_lock(url: str, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

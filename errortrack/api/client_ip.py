@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # config.py parses the setting with this module: no falcon im
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
+_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 _HELP = "expected IP addresses or CIDR networks separated by commas, e.g. 10.0.0.0/8,192.0.2.7"
 
 
@@ -52,6 +53,13 @@ def parse_trusted_proxies(raw: str) -> tuple[Network, ...]:
             raise ValueError(
                 f"{text} has host bits set: write the network ({meant}) or the address"
             ) from None
+        if isinstance(network, ipaddress.IPv6Network) and network.subnet_of(_MAPPED):
+            # "::ffff:10.0.0.5" is how a dual-stack socket shows an IPv4 peer (and so the
+            # logs); peers are compared in their IPv4 form (``_address``), which an IPv6
+            # network never contains: the entry was taken and matched nothing.
+            network = ipaddress.IPv4Network(
+                (int(network.network_address) & 0xFFFFFFFF, network.prefixlen - 96)
+            )
         if network.prefixlen == 0:
             # Every address trusted: any client could then name its own address.
             raise ValueError(f"{text} trusts every address, which lets any client choose its own")

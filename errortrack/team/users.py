@@ -28,9 +28,11 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 # they are depends on the Unicode version of whoever reads them. The set is spelled
 # out rather than read from unicodedata so that the pattern and the check cannot
 # differ; a test holds it to the running Python's categories (it has Unicode 14's).
+# Except the zero-width non-joiner and joiner (U+200C, U+200D): IDNA2008 allows them in
+# context (RFC 5892, CONTEXTJ), and Persian or Indic domain names need them.
 INVISIBLE_BMP = (
     r"\x00-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e"
-    r"\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ue000-\uf8ff\ufeff\ufff9-\ufffb"
+    r"\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ue000-\uf8ff\ufeff\ufff9-\ufffb"
 )
 # Lone surrogates besides: JSON cannot carry them (orjson refuses), a command line can.
 INVISIBLE = re.compile(rf"[{INVISIBLE_BMP}\ud800-\udfff]")

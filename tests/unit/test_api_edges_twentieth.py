@@ -464,9 +464,20 @@ def test_every_control_format_surrogate_and_private_use_character_is_refused():
     # Python's Unicode version); this holds it to the running Python's categories, up
     # to U+FFFF (past it, team/users.py says why not).
     refused = users.INVISIBLE
+    joiners = {0x200C, 0x200D}  # IDNA2008 allows them in context (team/users.py)
     for cp in range(0x10000):
         ch = chr(cp)
-        if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co"):
+        if cp in joiners:
+            assert not refused.search(ch), f"U+{cp:04X}"
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co"):
             assert refused.search(ch), f"U+{cp:04X}"
         elif refused.search(ch):
             raise AssertionError(f"U+{cp:04X} ({unicodedata.category(ch)}) is refused")
+
+
+def test_internationalised_addresses_with_joiners_are_taken():
+    # A Persian word with a zero-width non-joiner, a Devanagari label with virama + ZWNJ:
+    # valid IDNA2008 labels, refused for a while in the twentieth session.
+    for email in ("ali@\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645.ir",
+                  "a@\u0915\u094d\u200d\u0937.example"):  # fmt: skip
+        assert users.normalise_email(email) == users.email_key(email)

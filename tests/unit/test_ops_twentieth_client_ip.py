@@ -137,6 +137,19 @@ def test_a_malformed_setting_is_refused_in_one_line(value):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize(
+    ("entry", "network"),
+    [("::ffff:10.0.0.5", "10.0.0.5/32"), ("::ffff:10.0.0.0/104", "10.0.0.0/8")],
+)
+def test_an_ipv4_mapped_entry_is_its_ipv4_form(entry, network):
+    # How a dual-stack socket (and its logs) show an IPv4 peer; peers are compared in
+    # their IPv4 form, so the entry was taken at start-up and then matched nothing.
+    trusted = parse_trusted_proxies(entry)
+    assert [str(n) for n in trusted] == [network]
+    assert resolve("::ffff:10.0.0.5", "203.0.113.7", trusted) == "203.0.113.7"
+    assert resolve("10.0.0.5", "203.0.113.7", trusted) == "203.0.113.7"
+
+
 def test_accepted_values():
     s = Settings.from_env({"ERRORTRACK_TRUSTED_PROXIES": " 10.0.0.0/8 , 192.0.2.7,2001:db8::/32"})
     assert [str(n) for n in s.trusted_proxies] == ["10.0.0.0/8", "192.0.2.7/32", "2001:db8::/32"]

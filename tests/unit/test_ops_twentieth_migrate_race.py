@@ -11,9 +11,11 @@ once, one creates it" promises.
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -168,3 +170,35 @@ def test_a_migration_lock_held_too_long_is_one_line(tmp_path):
     assert "\n" not in str(e.value)
     with relational.migration_lock(url, wait=0.2):
         pass  # released by the first block
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="needs root and setpriv to run a step as another user",
+)
+def test_a_lock_file_another_user_created_does_not_stop_migrations(tmp_path):
+    """Root ran `token create` once (the README says it works beside a running server):
+    the lock file it left, 0644 root, made every later migration by the service's user
+    fail to open it ("Permission denied"), and `serve` did not start. flock needs no
+    write access."""
+    # Under /tmp itself: pytest's tmp_path (and the temp dir chDB sets) sit in
+    # directories only root may enter.
+    data = Path(tempfile.mkdtemp(prefix="et-lock-", dir="/tmp"))
+    os.chown(data, 65534, 65534)
+    lock = data / "errortrack.sqlite3.migrate.lock"
+    lock.touch(mode=0o644)
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "from errortrack import relational;"
+        "cm = relational.migration_lock('sqlite:///' + sys.argv[2]);"
+        "cm.__enter__(); print('locked'); cm.__exit__(None, None, None)"
+    )
+    done = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+         "-c", code, str(Path(relational.__file__).parent.parent),
+         str(data / "errortrack.sqlite3")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    shutil.rmtree(data)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "locked"
