@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from errortrack import timestamps
 from errortrack.db import UTCDateTime
 from errortrack.models import GroupedBatch, Issue, Project
 
@@ -28,14 +29,17 @@ ISSUES = cast(sa.Table, Issue.__table__)
 BATCHES = cast(sa.Table, GroupedBatch.__table__)
 
 
-# An event on a resolved issue reopens it (a regression) only when it is dated after the
-# resolution less this margin; older ones (an SDK's offline buffer, a backlog) are
-# counted and leave it resolved. The margin is on the side of reopening: event times
-# come from the sender's clock, the resolution from the server's, and a sender a few
-# seconds slow must not hide a real regression. Sentry itself reopens on any event (its
-# issue 85316 asks for this rule); 5 s is the window its event manager allows for races
-# around a regression (``active_at >= date - timedelta(seconds=5)``).
-REGRESSION_MARGIN = dt.timedelta(seconds=5)
+# An event on a resolved issue reopens it (a regression) unless it is dated more than
+# this before the resolution: such an old one (an SDK's offline buffer, a backlog) is
+# counted and leaves it resolved. Event times come from the sender's clock and the
+# resolution from the server's, and ingest corrects a sender's clock only when it is 55
+# minutes or more off (Relay's rule, ``timestamps.MIN_CLOCK_DRIFT``): within that, an
+# event dated before the resolution may well have happened after it. A 5 s margin (the
+# first version) let a browser whose clock was two minutes slow hide a real regression
+# for two minutes after every resolve (review, twentieth session). So the margin is that
+# same threshold: every event that can have happened after the resolution reopens it, as
+# Sentry reopens on any event (its issue 85316 asks for the buffered-event rule).
+REGRESSION_MARGIN = dt.timedelta(seconds=timestamps.MIN_CLOCK_DRIFT)
 
 
 @dataclasses.dataclass

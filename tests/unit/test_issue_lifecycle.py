@@ -92,8 +92,9 @@ def test_an_event_older_than_the_resolution_is_counted_but_does_not_reopen(
     hook, sessions, project_id
 ):
     """An event dated before the issue was resolved (an SDK's offline buffer, or one in
-    flight while someone pressed resolve) is not a regression: the fix was not out yet."""
-    t0 = now() - dt.timedelta(hours=1)
+    flight while someone pressed resolve) is not a regression: the fix was not out yet.
+    Older than REGRESSION_MARGIN, that is: within it, the sender's clock may be slow."""
+    t0 = now() - dt.timedelta(hours=3)
     [first] = hook([row(project_id, t0)], "b1")
     resolve(sessions, project_id, first["issue_id"])  # now: an hour after t0
     hook([row(project_id, t0 + dt.timedelta(minutes=10))], "b2")
@@ -121,8 +122,9 @@ def test_a_batch_reopens_when_its_newest_event_is_after_the_resolution(hook, ses
 
 
 def test_the_margin_reopens_on_events_just_before_the_resolution(hook, sessions, project_id):
-    """A sender's clock a few seconds slow must not hide a regression: events dated up to
-    REGRESSION_MARGIN before the resolution still reopen; older ones do not."""
+    """A sender's clock a few minutes slow must not hide a regression: events dated up to
+    REGRESSION_MARGIN (ingest's clock-drift threshold) before the resolution still
+    reopen; older ones do not."""
     t0 = now() - dt.timedelta(hours=1)
     [first] = hook([row(project_id, t0)], "b1")
     resolved_at = t0 + dt.timedelta(minutes=30)
@@ -133,6 +135,18 @@ def test_the_margin_reopens_on_events_just_before_the_resolution(hook, sessions,
     hook([row(project_id, resolved_at - REGRESSION_MARGIN + SECOND)], "b3")
     issue = the_issue(sessions)
     assert (issue.status, issue.event_count, issue.resolved_at) == ("unresolved", 3, None)
+
+
+def test_a_sender_two_minutes_slow_still_reopens_it(hook, sessions, project_id):
+    """The bug comes back right after the resolve on a browser whose clock is two
+    minutes slow (sent_at as slow, so ingest moves nothing): with a 5 s margin it stayed
+    resolved, the regression hidden."""
+    t0 = now() - dt.timedelta(hours=1)
+    [first] = hook([row(project_id, t0)], "b1")
+    resolved = resolve(sessions, project_id, first["issue_id"])
+    assert resolved["status"] == "resolved"
+    hook([row(project_id, now() - dt.timedelta(minutes=2))], "b2")
+    assert the_issue(sessions).status == "unresolved"
 
 
 def test_resolved_at_is_kept_while_resolved_and_cleared_otherwise(hook, sessions, project_id):

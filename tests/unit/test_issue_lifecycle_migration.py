@@ -13,6 +13,7 @@ from errortrack.ingest.items import ItemContext
 from errortrack.issues.events import handle_event
 from errortrack.issues.fingerprint import fingerprint
 from errortrack.issues.grouping import GroupingHook
+from errortrack.issues.store import REGRESSION_MARGIN
 from errortrack.models import Issue
 from tests.support import scratch_database
 
@@ -77,7 +78,7 @@ def test_issues_resolved_before_0009_reopen_only_on_events_newer_than_their_last
             "u": ("muted", None),
         }
         hook = GroupingHook(sessions, clock=clock)
-        older = last_seen - dt.timedelta(minutes=5)
+        older = last_seen - REGRESSION_MARGIN - dt.timedelta(minutes=5)
         hook([_event(project_id, older, "r1"), _event(project_id, clock(), "r2")], "b1")
         with sessions() as s:
             got = {
