@@ -66,7 +66,9 @@ def is_default_variable(item: Any) -> bool:
 # before its numbers. Each pattern but the last three runs only when the text holds the
 # character it needs: most messages have none, and ingest pays for every pass.
 _URL = re.compile(r"\b(?:wss?|https?|ftp)://[^\s/$.?#][^\s]*")
-_EMAIL = re.compile(r"(?<![\w.%+-])[\w.%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*")
+# A dotted domain ending in letters: "react@18.2.0", "step@build" and "nginx@sha256:..."
+# are versions, names and digests, not addresses (each pair merged into "<email>").
+_EMAIL = re.compile(r"(?<![\w.%+-])[\w.%+-]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}(?![\w.-]*\d)")
 _UUID = re.compile(
     r"\b[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}\b"
 )
@@ -186,6 +188,9 @@ _URL_HASH_FILE = re.compile(_URL_HASH, re.I)
 _URL_HASH_PART = re.compile(r"[-.](?=[a-f]*\d)[a-f0-9]{7,}(?=[-.]|$)", re.I)
 
 
+URL_MAX = 1024
+
+
 @functools.lru_cache(maxsize=2048)
 def _url_module(url: str) -> str:
     """A URL's file as a module name: no origin, query, extension, hash or version.
@@ -224,7 +229,11 @@ def _frame_where(frame: dict[str, Any]) -> tuple[str, bool]:
     filename = frame.get("filename")
     for path in (abs_path, filename):
         if isinstance(path, str) and path.startswith(_URL_PREFIXES):
-            return _url_module(path), True
+            # Cut first: the cache (and urlsplit's own) keeps its keys alive, and a
+            # sender could fill 2,048 entries with URLs of megabytes each (+600 MB in a
+            # reviewer's probe). No real script URL is this long; a longer one groups by
+            # its first URL_MAX characters.
+            return _url_module(path[:URL_MAX]), True
     path = filename if isinstance(filename, str) and filename else abs_path
     if not isinstance(path, str) or path in _NOT_A_FILE:
         return "", False

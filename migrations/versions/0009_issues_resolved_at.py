@@ -42,5 +42,26 @@ def upgrade() -> None:
 def downgrade() -> None:
     # Dropping a column rebuilds the table on SQLite: keep 0004's AUTOINCREMENT (the
     # rebuild keeps the rows, ids, indexes and constraints; foreign keys are off).
+    bind = op.get_bind()
+    sqlite = bind.dialect.name == "sqlite"
+    # The rebuilt table's counter starts from its highest remaining id: a deleted last
+    # issue's id would be handed out again (what 0004's AUTOINCREMENT is there to stop).
+    seq = (
+        bind.execute(sa.text("SELECT seq FROM sqlite_sequence WHERE name = 'issues'")).scalar()
+        if sqlite
+        else None
+    )
     with op.batch_alter_table("issues", table_kwargs={"sqlite_autoincrement": True}) as batch:
         batch.drop_column("resolved_at")
+    if seq is not None:
+        bind.execute(
+            sa.text("UPDATE sqlite_sequence SET seq = MAX(seq, :seq) WHERE name = 'issues'"),
+            {"seq": seq},
+        )
+        bind.execute(
+            sa.text(
+                "INSERT INTO sqlite_sequence (name, seq) SELECT 'issues', :seq"
+                " WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'issues')"
+            ),
+            {"seq": seq},
+        )

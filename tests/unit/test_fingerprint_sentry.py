@@ -378,3 +378,48 @@ def test_a_deeply_nested_fingerprint_entry_is_a_part_not_a_crash():
     assert len(fingerprint(deep)) == 32
     shallow = {"message": "m", "fingerprint": [["a", 1], {"k": True}, 5, "{{ default }}"]}
     assert fingerprint_parts(shallow)[1:4] == ['["a",1]', '{"k":true}', "5"]
+
+
+def test_long_urls_are_cut_before_the_module_cache_keeps_them():
+    # Each distinct URL was a key of _url_module's cache (2,048 entries) and of urlsplit's
+    # (128): events with URLs of megabytes kept hundreds of MB alive in a worker.
+    import gc
+    import tracemalloc
+    import urllib.parse
+
+    from errortrack.issues import fingerprint as fp
+
+    fp._url_module.cache_clear()
+    urllib.parse.urlsplit.cache_clear()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(5):
+            url = f"https://cdn.example.com/{i}/" + "x" * 1_000_000 + ".js"
+            fingerprint(event([js_frame(url, "f")]))
+            del url
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 200_000, kept  # 5 MB before the cut
+    long_a = "https://cdn.example.com/app/" + "a" * 5000 + ".js"
+    long_b = "https://cdn.example.com/app/" + "a" * 5000 + "b.js"
+    assert fingerprint(event([js_frame(long_a, "f")])) == fingerprint(
+        event([js_frame(long_b, "f")])
+    )
+
+
+def test_versions_names_and_digests_after_an_at_sign_are_not_emails():
+    # Each pair merged into one issue ("Cannot find module <email>") when any word@word
+    # was an address.
+    pairs = [
+        ("Cannot find module react@18.2.0", "Cannot find module vue@3.3.4"),
+        ("job step@build failed", "job step@deploy failed"),
+        ("image nginx@sha256:0a1b", "image postgres@sha256:0a1b"),
+    ]
+    for a, b in pairs:
+        assert fingerprint({"message": a}) != fingerprint({"message": b}), (a, b)
+    assert normalise_message("mail ann@example.com and bob@mail.example.org.") == (
+        "mail <email> and <email>."
+    )

@@ -108,3 +108,30 @@ def test_issues_resolved_before_0009_reopen_only_on_events_newer_than_their_last
                 _old_issue(conn, project_id, name, status, last_seen)
         engine.dispose()
         relational.upgrade(url)
+
+
+def test_rolling_back_0009_on_sqlite_keeps_deleted_issue_ids_unused(tmp_path, clock):
+    # The downgrade rebuilds the table, whose new counter started from the highest
+    # remaining id: a deleted last issue's id went to the next new issue (0004's rule).
+    url = f"sqlite:///{tmp_path / 'seq.sqlite3'}"
+    relational.upgrade(url)
+    engine = db.make_engine(url)
+    at = dt.datetime.now(dt.UTC)
+    with engine.begin() as conn:
+        project_id = conn.execute(
+            sa.text(
+                "INSERT INTO projects (name, created_at) VALUES ('p', CURRENT_TIMESTAMP)"
+                " RETURNING id"
+            )
+        ).scalar_one()
+        for name in ("r1", "r2", "u"):
+            _old_issue(conn, project_id, name, "unresolved", at)
+        conn.execute(sa.text("DELETE FROM issues WHERE id = 3"))
+    engine.dispose()
+    relational.downgrade(url, "0008")
+    engine = db.make_engine(url)
+    with engine.begin() as conn:
+        _old_issue(conn, project_id, "x", "unresolved", at)
+        ids = conn.execute(sa.text("SELECT id FROM issues ORDER BY id")).scalars().all()
+    engine.dispose()
+    assert ids == [1, 2, 4]
