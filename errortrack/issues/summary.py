@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from errortrack import nested
 from errortrack.issues.fingerprint import exceptions, frames_of, message_text
 
 TITLE_MAX = 200
@@ -97,38 +98,11 @@ def _placeholder(value: Any, flags: str, width: str, precision: str | None, conv
         return str(value)
 
 
-class _Text(str):
-    """Text ``_shown`` writes as it is (a bracket, a key), not as a value's repr."""
-
-
 def _shown(value: list[Any] | dict[str, Any]) -> str:
-    """``str(value)`` of a decoded JSON array or object, without recursion: ``str`` and
-    ``repr`` recurse on Python's stack, and params nested ~1,000 deep (orjson reads up to
-    1,024 levels) raised RecursionError, a 500 that lost the whole envelope. Leaves are
-    ``repr``'d as ``str`` does; orjson's writer is no way out, it stops at 255 levels
-    and writes JSON (``null``, ``"q"``), not what Python's logging shows (``None``,
-    ``'q'``)."""
-    out: list[str] = []
-    todo: list[Any] = [value]
-    while todo:
-        item = todo.pop()
-        if type(item) is _Text:
-            out.append(item)
-        elif isinstance(item, dict) and item:
-            todo.append(_Text("}"))
-            for i, (key, child) in reversed(list(enumerate(item.items()))):
-                todo.append(child)
-                todo.append(_Text(("{" if i == 0 else ", ") + repr(key) + ": "))
-        elif isinstance(item, list) and item:
-            todo.append(_Text("]"))
-            for i, child in reversed(list(enumerate(item))):
-                todo.append(child)
-                if i:
-                    todo.append(_Text(", "))
-            todo.append(_Text("["))
-        else:
-            out.append(repr(item))  # a scalar, {} or []
-    return "".join(out)
+    """``str(value)`` of a decoded JSON array or object, at any depth (``nested``).
+    orjson's writer is no way out: it stops at 255 levels and writes JSON (``null``,
+    ``"q"``), not what Python's logging shows (``None``, ``'q'``)."""
+    return nested.write(value, key=repr, leaf=repr, comma=", ", colon=": ")
 
 
 def title(event: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from errortrack import timestamps
+from errortrack import nested, timestamps
 from errortrack.ingest.logs import INT64_MAX, INT64_MIN, typed_maps
 
 
@@ -105,36 +105,15 @@ def _deeper_than(value: list[Any], limit: int) -> bool:
     return False
 
 
-class _Text(str):
-    """Text ``json_text`` writes as it is (a bracket, a key), not as a JSON string."""
+def _json(value: Any) -> str:
+    return msgspec.json.encode(value).decode()
 
 
 def json_text(value: Any) -> str:
-    """``value`` as JSON text at any depth, without recursion (msgspec's encoder and
-    ``str`` recurse on Python's stack, and orjson's stops at 255 levels). msgspec writes
-    each key and scalar: integers beyond 64 bits keep their digits."""
-    encode = msgspec.json.encode
-    out: list[str] = []
-    todo: list[Any] = [value]
-    while todo:
-        item = todo.pop()
-        if type(item) is _Text:
-            out.append(item)
-        elif isinstance(item, dict) and item:
-            todo.append(_Text("}"))
-            for i, (key, child) in reversed(list(enumerate(item.items()))):
-                todo.append(child)
-                todo.append(_Text(("," if i else "{") + encode(str(key)).decode() + ":"))
-        elif isinstance(item, list) and item:
-            todo.append(_Text("]"))
-            for i, child in reversed(list(enumerate(item))):
-                todo.append(child)
-                if i:
-                    todo.append(_Text(","))
-            todo.append(_Text("["))
-        else:
-            out.append(encode(item).decode())  # a scalar, {} or []
-    return "".join(out)
+    """``value`` as JSON text at any depth (``nested``; orjson's writer stops at 255
+    levels). msgspec writes each key and scalar: integers beyond 64 bits keep their
+    digits."""
+    return nested.write(value, key=lambda name: _json(str(name)), leaf=_json, comma=",", colon=":")
 
 
 # The longest an item (a transaction and its spans) is taken to last when placing one
