@@ -423,3 +423,24 @@ def test_versions_names_and_digests_after_an_at_sign_are_not_emails():
     assert normalise_message("mail ann@example.com and bob@mail.example.org.") == (
         "mail <email> and <email>."
     )
+
+
+def test_vite_and_esbuild_hashes_do_not_split_a_deploy():
+    # "[name]-[hash]" with 8 base64url (Vite) or base32 (esbuild) characters: each deploy
+    # renamed the bundle and started new issues (only hex hashes were recognised).
+    for old, new in [
+        ("index-DiwrgTda.js", "index-BqX9kZ3a.js"),
+        ("index-5QO5ZDFF.js", "index-K7TQ2MXA.js"),
+        ("chunk-Di-rgTda.js", "chunk-a_3Zk9Qp.js"),
+    ]:
+        a = event([js_frame(f"https://shop.example/assets/{old}", "pay")])
+        b = event([js_frame(f"https://shop.example/assets/{new}", "pay")])
+        assert fingerprint(a) == fingerprint(b), (old, new)
+    # Names that merely end in eight letters stay names.
+    for one, other in [
+        ("api-handlers.js", "api-settings.js"),
+        ("My-Settings.js", "My-Accounts.js"),
+    ]:
+        a = event([js_frame(f"https://shop.example/assets/{one}", "pay")])
+        b = event([js_frame(f"https://shop.example/assets/{other}", "pay")])
+        assert fingerprint(a) != fingerprint(b), (one, other)
