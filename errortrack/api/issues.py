@@ -61,7 +61,9 @@ class IssueItem:
     ) -> None:
         db = session(req)
         require_project(db, principal(req), project_id, "write")
-        service.delete(db, self._state.clickhouse, project_id=project_id, issue_id=issue_id)
+        service.delete(
+            db, self._state.clickhouse, project_id=project_id, issue_id=issue_id, wait=False
+        )
         resp.status = falcon.HTTP_204
 
 

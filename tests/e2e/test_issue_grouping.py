@@ -240,6 +240,38 @@ def test_delete_removes_the_issue_and_only_its_events(hook, sessions, project_id
         service.delete(session, clickhouse, project_id=project_id, issue_id=doomed)
 
 
+def test_no_relational_lock_is_held_while_clickhouse_deletes_the_events(
+    hook, sessions, project_id, clickhouse, monkeypatch
+):
+    """The ClickHouse DELETE goes first: it took ~19 s on a big events table, and the
+    issue's relational delete, flushed before it, held SQLite's write lock (and on
+    PostgreSQL the row's lock) all along, stalling every other writer."""
+    [row] = hook(event_rows(project_id, ("KeyError", 1)), "b1")
+    doomed = row["issue_id"]
+    real = clickhouse.command
+    written: list[str] = []
+
+    def command(sql, *args, **kwargs):
+        if sql.startswith("DELETE"):
+            # Another writer, meanwhile, touching the very issue: it must not wait.
+            with sessions() as other:
+                if other.get_bind().dialect.name == "sqlite":
+                    other.execute(sa.text("PRAGMA busy_timeout = 200"))
+                else:
+                    other.execute(sa.text("SET lock_timeout = '200ms'"))
+                other.execute(sa.update(Issue).where(Issue.id == doomed).values(title="renamed"))
+                other.commit()
+                written.append("renamed")
+        return real(sql, *args, **kwargs)
+
+    monkeypatch.setattr(clickhouse, "command", command)
+    with db.unit_of_work(sessions) as session:
+        service.delete(session, clickhouse, project_id=project_id, issue_id=doomed)
+    assert written == ["renamed"]
+    assert set(issues(sessions)) == set()
+    assert clickhouse.query_rows(f"SELECT count() FROM events WHERE issue_id = {doomed}") == [(0,)]
+
+
 def test_a_new_issue_is_named_after_its_newest_event(hook, sessions, project_id):
     # As every later event that is the newest renames it (tests/unit/test_issue_lifecycle.py).
     rows = event_rows(project_id, ("KeyError", 5), ("KeyError", 1))
