@@ -153,8 +153,8 @@ class Issue(Base):
     level: Mapped[str] = mapped_column(sa.String(16), default="error")
     status: Mapped[str] = mapped_column(sa.String(16), default="unresolved")
     # When it was last resolved, while it is resolved (NULL otherwise): an event dated
-    # before that, less the grouping's REGRESSION_MARGIN, is counted without reopening
-    # it (an SDK's offline buffer, or an event in flight while someone pressed resolve).
+    # before that, less the grouping's REGRESSION_MARGIN (55 min), is counted without
+    # reopening it (an SDK's offline buffer, a backlog).
     resolved_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime(), default=None)
     first_seen: Mapped[dt.datetime] = mapped_column(UTCDateTime())
     last_seen: Mapped[dt.datetime] = mapped_column(UTCDateTime())
@@ -162,7 +162,15 @@ class Issue(Base):
 
     __table_args__ = (
         sa.UniqueConstraint("project_id", "fingerprint"),
-        sa.Index("ix_issues_project_last_seen", "project_id", "last_seen"),
+        # One per order and status filter of the issues list, each ending on the id the
+        # orders end on (relational migration 0010).
+        sa.Index("ix_issues_project_last_seen_id", "project_id", "last_seen", "id"),
+        sa.Index("ix_issues_project_first_seen_id", "project_id", "first_seen", "id"),
+        sa.Index("ix_issues_project_count_id", "project_id", "event_count", "id"),
+        sa.Index(
+            "ix_issues_project_status_last_seen_id", "project_id", "status", "last_seen", "id"
+        ),
+        sa.Index("ix_issues_project_status_count_id", "project_id", "status", "event_count", "id"),
         sa.CheckConstraint("status IN ('unresolved', 'resolved', 'muted')", name="status"),
         # Its events stay in ClickHouse keyed by its id, and some may land after a
         # delete: a reused id would list them under an unrelated new issue (0004).
