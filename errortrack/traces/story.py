@@ -36,22 +36,31 @@ def trace_story(store: ClickHouse, project_id: int, trace_id: str) -> dict[str, 
     spans = store.query_rows(
         f"SELECT {SPAN_COLUMNS} FROM spans WHERE {_WHERE} "
         "ORDER BY start_timestamp, span_id LIMIT 1 BY span_id LIMIT {limit:UInt32}",
-        {**params, "limit": MAX_SPANS},
+        {**params, "limit": MAX_SPANS + 1},
     )
     events = store.query_rows(
         f"SELECT {EVENT_COLUMNS} FROM events WHERE {_WHERE} "
         "ORDER BY timestamp, event_id LIMIT {limit:UInt32}",
-        {**params, "limit": MAX_EVENTS},
+        {**params, "limit": MAX_EVENTS + 1},
     )
-    logs = trace_logs(store, project_id, trace_id, MAX_LOGS)
+    logs = trace_logs(store, project_id, trace_id, MAX_LOGS + 1)
     if not (spans or events or logs):
         raise NotFound("trace not found")
+    # One row past each cap says whether the list was cut: a trace of 100,000 spans came
+    # back as 10,000 with nothing to tell a program so (review, twentieth session).
+    truncated = {
+        "spans": len(spans) > MAX_SPANS,
+        "logs": len(logs) > MAX_LOGS,
+        "events": len(events) > MAX_EVENTS,
+    }
+    spans, logs, events = spans[:MAX_SPANS], logs[:MAX_LOGS], events[:MAX_EVENTS]
     return {
         "trace_id": trace_id,
         "spans": span_tree([span_node(row) for row in spans]),
         "span_count": len(spans),
         "logs": logs,
         "events": [event_item(row) for row in events],
+        "truncated": truncated,
     }
 
 

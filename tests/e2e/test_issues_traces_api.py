@@ -161,6 +161,7 @@ def test_trace_story(world):
     assert (child["span_id"], child["op"]) == ("b" * 16, "db")
     assert [g["span_id"] for g in child["children"]] == ["c" * 16]
     assert story["span_count"] == 4
+    assert story["truncated"] == {"spans": False, "logs": False, "events": False}
     assert [log["body"] for log in story["logs"]] == ["in span"]
     assert [(e["event_id"], e["issue_id"], e["span_id"]) for e in story["events"]] == [
         (event["event_id"], issue, "c" * 16)
@@ -349,3 +350,29 @@ def test_an_answer_that_cannot_be_encoded_is_the_json_500_and_changes_nothing(st
     }
     with state.sessions() as s:
         assert s.scalar(sa.select(Project.id).where(Project.name == "half done")) is None
+
+
+def test_a_trace_past_its_caps_says_which_lists_were_cut(world, monkeypatch):
+    # A trace of 100,000 spans came back as 10,000 with nothing saying so. The caps are
+    # lowered here; the queries and the stores are the real ones.
+    from errortrack.traces import story as story_module
+
+    monkeypatch.setattr(story_module, "MAX_SPANS", 2)
+    monkeypatch.setattr(story_module, "MAX_LOGS", 1)
+    monkeypatch.setattr(story_module, "MAX_EVENTS", 2)
+    p = world.project_id
+    for i, span_id in enumerate(("a", "b", "c")):
+        add_span(world.state, p, T, span_id * 16, at=i, is_segment=i == 0)
+    insert_logs(
+        world.state.clickhouse,
+        p,
+        [sdk_log(f"log {i}", at=i, trace_id=T, span_id="a" * 16) for i in range(2)],
+    )
+    issue = add_issue(world.state, p, "boom")
+    for i in range(2):
+        add_event(world.state, p, issue, at=i, trace_id=T)
+    story = _get(world, "viewer", f"/api/projects/{p}/traces/{T}").json
+    assert TraceOut().validate(story) == {}
+    assert story["truncated"] == {"spans": True, "logs": True, "events": False}
+    assert (story["span_count"], len(story["logs"]), len(story["events"])) == (2, 1, 2)
+    assert [log["body"] for log in story["logs"]] == ["log 0"]

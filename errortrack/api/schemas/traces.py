@@ -40,6 +40,12 @@ class SpanOut(Schema):
     children = fields.List(fields.Nested(lambda: SpanOut()), required=True)
 
 
+class TruncatedOut(Schema):
+    spans = fields.Bool(required=True)
+    logs = fields.Bool(required=True)
+    events = fields.Bool(required=True)
+
+
 class TraceOut(Schema):
     trace_id = fields.Str(required=True)
     spans = fields.List(
@@ -55,4 +61,12 @@ class TraceOut(Schema):
         fields.Nested(EventSummaryOut),
         required=True,
         metadata={"description": "Error events in this trace, oldest first"},
+    )
+    truncated = fields.Nested(
+        TruncatedOut,
+        required=True,
+        metadata={
+            "description": "Whether the trace holds more spans (10,000 shown), logs (1,000)"
+            " or events (100) than shown: the first ones, in the order above"
+        },
     )
