@@ -216,9 +216,11 @@ def _ascii_lower(
 ) -> sa.ColumnElement[str]:
     """``column`` with A-Z folded to a-z and nothing else, on either store: SQLite's
     lower() folds ASCII only, PostgreSQL's follows the database's locale (so "É" would
-    find "é" there and not on SQLite); translate() makes PostgreSQL fold as SQLite does."""
+    find "é" there and not on SQLite); in the "C" collation it folds ASCII only too.
+    (translate() did the same at 20x the cost: 0.9-1.9 s a search at 100,000 issues,
+    against 46 ms; review, twentieth session.)"""
     if session.get_bind().dialect.name == "postgresql":
-        return sa.func.translate(column, _ASCII_UPPER, _ASCII_UPPER.lower())
+        return sa.func.lower(sa.collate(column, "C"))
     return sa.func.lower(column)
 
 
