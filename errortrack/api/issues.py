@@ -12,6 +12,7 @@ from errortrack.api.middleware import session
 from errortrack.api.params import load_query
 from errortrack.api.schemas import api_doc
 from errortrack.api.schemas.issues import (
+    ChangedIssueOut,
     EventOut,
     EventPageOut,
     EventQuery,
@@ -53,7 +54,7 @@ class IssueItem:
         db = session(req)
         require_project(db, principal(req), project_id, "read")
         issue = service.get_issue(db, project_id=project_id, issue_id=issue_id)
-        resp.media = IssueOut().dump(read.issue_item(issue))
+        resp.media = IssueOut().dump(read.issue_with_users(self._state.clickhouse, issue))
 
     @api_doc("Delete an issue and all its events (editor or admin)", status=204, tags=_TAGS)
     def on_delete(
@@ -151,7 +152,8 @@ class _StatusChange:
         require_project(db, principal(req), project_id, "write")
         service.set_status(db, project_id=project_id, issue_id=issue_id, status=self.status)
         issue = service.get_issue(db, project_id=project_id, issue_id=issue_id)
-        resp.media = IssueOut().dump(read.issue_item(issue))
+        # The relational issue only (no user_count): a status change needs no ClickHouse.
+        resp.media = ChangedIssueOut().dump(read.issue_item(issue))
 
 
 class ResolveIssue(_StatusChange):
@@ -159,7 +161,7 @@ class ResolveIssue(_StatusChange):
 
     @api_doc(
         "Resolve an issue; an event dated after the resolution reopens it (editor or admin)",
-        response=IssueOut,
+        response=ChangedIssueOut,
         tags=_TAGS,
     )
     def on_post(
@@ -173,7 +175,7 @@ class MuteIssue(_StatusChange):
 
     @api_doc(
         "Mute an issue; new events are counted, it stays muted (editor or admin)",
-        response=IssueOut,
+        response=ChangedIssueOut,
         tags=_TAGS,
     )
     def on_post(
@@ -185,7 +187,9 @@ class MuteIssue(_StatusChange):
 class UnresolveIssue(_StatusChange):
     status = "unresolved"
 
-    @api_doc("Reopen a resolved or muted issue (editor or admin)", response=IssueOut, tags=_TAGS)
+    @api_doc(
+        "Reopen a resolved or muted issue (editor or admin)", response=ChangedIssueOut, tags=_TAGS
+    )
     def on_post(
         self, req: falcon.Request, resp: falcon.Response, project_id: int, issue_id: int
     ) -> None:

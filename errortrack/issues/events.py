@@ -23,6 +23,17 @@ if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
 
 _EVENT_ID = re.compile(r"[0-9a-fA-F]{8}-?(?:[0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}")
+# The fields naming an event's user, in the order Sentry picks one for its user tag
+# (``sentry:user``), each with the prefix Sentry gives it there.
+_USER_FIELDS = (
+    ("id", "id:"),
+    ("username", "username:"),
+    ("email", "email:"),
+    ("ip_address", "ip:"),
+)
+# What an SDK sends for "the address this request came from" (send_default_pii); Relay
+# replaces it with the client's address, which ingest does not know here.
+_AUTO_IP = "ip:{{auto}}"
 
 
 def handle_event(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> ItemRows:
@@ -73,6 +84,32 @@ def _trace(event: dict[str, Any]) -> tuple[str, str]:
     return hex_id(trace, "trace_id"), span_hex(trace, "span_id")
 
 
+def user_key(event: dict[str, Any]) -> str:
+    """Who the event happened to, for the issue's count of users: the first of the
+    user's ``id``, ``username``, ``email`` and ``ip_address`` that holds a value, with
+    its prefix (``id:5``, ``username:bob``, ``email:a@b.c``, ``ip:1.2.3.4``), so that id 5
+    and username "5" differ; '' when there is none. A value is a non-empty string or a
+    number (as text: 5 and 5.0 are "5", as Relay writes them); anything else is skipped."""
+    user = event.get("user")
+    if not user or not isinstance(user, dict):
+        return ""  # most events: no user at all
+    for field, prefix in _USER_FIELDS:
+        value = user.get(field)
+        if type(value) is str:
+            if not value:
+                continue
+            text = value
+        elif type(value) is int:  # not bool, a subclass of int
+            text = str(value)
+        elif type(value) is float:
+            text = str(int(value)) if value.is_integer() else repr(value)
+        else:
+            continue  # absent, null, or not a value (an object, a list, a boolean)
+        key = prefix + text
+        return "" if key == _AUTO_IP else key
+    return ""
+
+
 def event_row(
     event: dict[str, Any], payload: bytes, event_id: str, ctx: ItemContext
 ) -> dict[str, Any]:
@@ -93,6 +130,7 @@ def event_row(
         "fingerprint": fingerprint(event),
         "trace_id": trace_id,
         "span_id": span_id,
+        "user_key": user_key(event),
         "retention_days": ctx.retention_days,
         # Last, after scalars only: the writer's grouping hook needs the fields before it,
         # so it splits each spooled line at ``,"payload":`` and carries the payload on as

@@ -49,6 +49,7 @@ def test_issue_list_sorted_filtered_paginated(world):
         "first_seen": "2026-11-01T12:00:05.000000Z",
         "last_seen": "2026-11-01T12:00:50.000000Z",
         "fingerprint": first["fingerprint"],
+        "user_count": 0,  # no event stored
     }
     assert IssueOut().validate(first) == {}
     only = _get(world, "viewer", f"/api/projects/{p}/issues", "status=resolved,muted").json

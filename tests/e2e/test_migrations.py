@@ -149,7 +149,8 @@ def test_map_keys_as_string_keep_stored_logs_and_spans(chdb_dir, tmp_path):
         before = [store.query_rows(read) for read in reads]
 
         applied = ch_migrate.apply(store)
-        assert applied == ["0012_logs_map_keys_string", "0013_spans_map_keys_string"]
+        # Later migrations come along; these two are the ones under test.
+        assert applied[:2] == ["0012_logs_map_keys_string", "0013_spans_map_keys_string"]
         _wait_for_mutations(store)
         assert store.query_rows(columns) == [
             (table, f"attr_{name}", f"Map(String, {value})")
