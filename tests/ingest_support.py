@@ -81,6 +81,28 @@ def sentry_auth(key: str) -> dict[str, str]:
     return {"X-Sentry-Auth": f"Sentry sentry_key={key}, sentry_version=7, sentry_client=test/1.0"}
 
 
+def send_events(world: Any, project_id: int, events: list[dict[str, Any]]) -> None:
+    """Each event as an SDK sends it (an envelope of one event item) through a
+    ``tests.access_world`` world's served app, then the writer's batch through the
+    grouping hook into both stores."""
+    with world.state.sessions() as s:
+        key = active_key(s, project_id).public_key
+    for event in events:
+        payload = orjson.dumps(event)
+        body = b"\n".join(
+            [
+                orjson.dumps({"event_id": event["event_id"]}),
+                orjson.dumps({"type": "event", "length": len(payload)}),
+                payload,
+            ]
+        )
+        resp = world.client.simulate_post(
+            f"/api/{project_id}/envelope/", body=body, headers=sentry_auth(key)
+        )
+        assert resp.status_code == 200, resp.text
+    world.state.ingest.writer.drain()
+
+
 def ingest_auth(sessions: Callable[[], Session], project_id: int) -> dict[str, str]:
     """The auth header for a project's active key, read from the relational store."""
     with sessions() as session:

@@ -23,7 +23,7 @@ from errortrack.models import Issue
 from errortrack.projects.service import active_key
 from errortrack.spool.writer import INSERT_SETTINGS
 from tests.access_world import World
-from tests.ingest_support import sentry_auth
+from tests.ingest_support import send_events, sentry_auth
 
 ISSUES = "/api/projects/{p}/issues"
 _serial = itertools.count(1)
@@ -62,26 +62,6 @@ def _event(fingerprint: str, *, user: Any = "absent", ago: float = 0, **fields: 
     return event
 
 
-def _send(world: World, project_id: int, events: list[dict[str, Any]]) -> None:
-    """Each event in an envelope of its own, as an SDK sends it; then the writer's batch."""
-    with world.state.sessions() as s:
-        key = active_key(s, project_id).public_key
-    for event in events:
-        payload = orjson.dumps(event)
-        body = b"\n".join(
-            [
-                orjson.dumps({"event_id": event["event_id"]}),
-                orjson.dumps({"type": "event", "length": len(payload)}),
-                payload,
-            ]
-        )
-        resp = world.client.simulate_post(
-            f"/api/{project_id}/envelope/", body=body, headers=sentry_auth(key)
-        )
-        assert resp.status_code == 200, resp.text
-    world.state.ingest.writer.drain()
-
-
 def _ids(world: World, project_id: int) -> dict[str, int]:
     """Issue ids by fingerprint name (the message is ``boom <name>``)."""
     with world.state.sessions() as s:
@@ -109,7 +89,7 @@ def world(ingest_world: World) -> World:
 
 def test_user_count_counts_distinct_users_of_each_issue(world):
     p = world.project_id
-    _send(
+    send_events(
         world,
         p,
         [_event("many", user=user) for user, _ in MANY]
@@ -134,7 +114,7 @@ def test_user_count_counts_distinct_users_of_each_issue(world):
         assert one["user_count"] == users and one["count"] == {"many": 12}.get(name, 2)
         assert IssueOut().validate(one) == {}
     # Filters pick issues; the count stays over all of an issue's stored events.
-    _send(world, p, [_event("same", user={"id": "u-2"}, environment="staging")])
+    send_events(world, p, [_event("same", user={"id": "u-2"}, environment="staging")])
     assert _user_counts(world, p, "environment=staging") == {ids["same"]: 2}
     assert _user_counts(world, p, "per_page=1&page=2&sort=-count") == {ids["same"]: 2}
 
@@ -142,8 +122,8 @@ def test_user_count_counts_distinct_users_of_each_issue(world):
 def test_one_query_per_page_for_the_pages_ids_only(world, monkeypatch):
     p = world.project_id
     other = world.add_project()
-    _send(world, p, [_event(f"i{n}", user={"id": n}) for n in range(5)])
-    _send(world, other, [_event("i0", user={"id": 0}), _event("i0", user={"id": 1})])
+    send_events(world, p, [_event(f"i{n}", user={"id": n}) for n in range(5)])
+    send_events(world, other, [_event("i0", user={"id": 0}), _event("i0", user={"id": 1})])
     ids = _ids(world, p)
     store = world.state.clickhouse
     sent: list[tuple[str, Any]] = []
@@ -175,7 +155,7 @@ def test_user_count_drops_when_the_issues_events_are_deleted(world):
     lowers it, and the issue's own ``count`` (events grouped into it) stays."""
     p = world.project_id
     old = 10 * 86400
-    _send(
+    send_events(
         world,
         p,
         [
@@ -201,14 +181,16 @@ def test_user_count_drops_when_the_issues_events_are_deleted(world):
 
 def test_deleting_the_issue_leaves_no_users_behind(world):
     p = world.project_id
-    _send(world, p, [_event("a", user={"id": n}) for n in range(3)] + [_event("b", user={"id": 0})])
+    send_events(
+        world, p, [_event("a", user={"id": n}) for n in range(3)] + [_event("b", user={"id": 0})]
+    )
     ids = _ids(world, p)
     assert _user_counts(world, p) == {ids["a"]: 3, ids["b"]: 1}
     path = f"{ISSUES.format(p=p)}/{ids['a']}"
     assert world.client.simulate_delete(path, headers=world.headers("editor")).status_code == 204
     assert _user_counts(world, p) == {ids["b"]: 1}
     # The same error again opens a new issue (a new id): only its own users count.
-    _send(world, p, [_event("a", user={"id": 0})])
+    send_events(world, p, [_event("a", user={"id": 0})])
     again = _ids(world, p)["a"]
     assert again != ids["a"] and _user_counts(world, p) == {again: 1, ids["b"]: 1}
     # The deleted issue's events go with its DELETE's mutation, which may not have run
@@ -222,7 +204,7 @@ def test_deleting_the_issue_leaves_no_users_behind(world):
 
 def test_status_changes_answer_the_issue_without_asking_clickhouse(world, monkeypatch):
     p = world.project_id
-    _send(world, p, [_event("a", user={"id": 1})])
+    send_events(world, p, [_event("a", user={"id": 1})])
     issue = _ids(world, p)["a"]
 
     def unavailable(*args: Any, **kwargs: Any) -> Any:
@@ -259,7 +241,7 @@ def test_a_row_spooled_by_the_previous_version_still_inserts(world):
     )
     assert stored == [("", issue)]
     # A new event of the same issue and user counts; the old one does not.
-    _send(world, p, [_event("old", user={"id": 9}), _event("old", user={"id": 10})])
+    send_events(world, p, [_event("old", user={"id": 9}), _event("old", user={"id": 10})])
     one = _get(world, f"{ISSUES.format(p=p)}/{issue}")
     assert (one["count"], one["user_count"]) == (3, 2)
 

@@ -8,16 +8,14 @@ import dataclasses
 import uuid
 from typing import Any
 
-import orjson
 import pytest
 import sqlalchemy as sa
 
 from errortrack import db
 from errortrack.api.schemas.issues import EventOut
 from errortrack.models import Issue
-from errortrack.projects.service import active_key
 from tests.access_world import World
-from tests.ingest_support import sentry_auth
+from tests.ingest_support import send_events
 
 ISSUES = "/api/projects/{p}/issues"
 
@@ -68,27 +66,6 @@ class Shop:
 def _exception(type_: str, value: str, module: str, function: str) -> dict[str, Any]:
     frame = {"module": module, "function": function, "in_app": True}
     return {"values": [{"type": type_, "value": value, "stacktrace": {"frames": [frame]}}]}
-
-
-def send_events(world: World, project_id: int, events: list[dict[str, Any]]) -> None:
-    """Each event as an SDK sends it (an envelope of one event item), then the writer's
-    batch through the grouping hook into both stores."""
-    with world.state.sessions() as s:
-        key = active_key(s, project_id).public_key
-    for event in events:
-        payload = orjson.dumps(event)
-        body = b"\n".join(
-            [
-                orjson.dumps({"event_id": event["event_id"]}),
-                orjson.dumps({"type": "event", "length": len(payload)}),
-                payload,
-            ]
-        )
-        resp = world.client.simulate_post(
-            f"/api/{project_id}/envelope/", body=body, headers=sentry_auth(key)
-        )
-        assert resp.status_code == 200, resp.text
-    world.state.ingest.writer.drain()
 
 
 @pytest.fixture
