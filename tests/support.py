@@ -159,3 +159,21 @@ class Server:
         import signal
 
         self.stop(signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def served_with_token(tmp_path: Path, *, threads: int = 2) -> Iterator[tuple[Server, str]]:
+    """A real `errortrack serve` on a scratch database, its primary user bootstrapped,
+    and an API token of that user, made with the CLI as an operator would."""
+    with scratch_database(tmp_path) as url:
+        env = server_env(tmp_path / "data", url, ERRORTRACK_BOOTSTRAP_PASSWORD="primary password")
+        assert errortrack("bootstrap", "--email", "root@example.com", env=env).returncode == 0
+        made = errortrack(
+            "token", "create", "--email", "root@example.com", "--description", "t", env=env
+        )
+        assert made.returncode == 0, made.stderr
+        server = Server(env, threads=threads).start()
+        try:
+            yield server, made.stdout.strip()
+        finally:
+            server.stop()

@@ -16,7 +16,7 @@ from errortrack.app import create_app
 from errortrack.state import AppState
 from tests.access_matrix import ROWS
 from tests.access_world import build_world
-from tests.support import Server, errortrack, free_port, scratch_database, server_env
+from tests.support import Server, free_port, served_with_token
 
 
 @pytest.fixture
@@ -31,19 +31,8 @@ def world(state, client):
 def served(tmp_path_factory) -> Iterator[tuple[Server, str]]:
     """A real `errortrack serve` (gunicorn, asgi worker, a2wsgi) and an admin token:
     falcon.testing always sends a Content-Length, a real client need not."""
-    tmp_path = tmp_path_factory.mktemp("served")
-    with scratch_database(tmp_path) as url:
-        env = server_env(tmp_path / "data", url, ERRORTRACK_BOOTSTRAP_PASSWORD="primary password")
-        assert errortrack("bootstrap", "--email", "root@example.com", env=env).returncode == 0
-        made = errortrack(
-            "token", "create", "--email", "root@example.com", "--description", "t", env=env
-        )
-        assert made.returncode == 0, made.stderr
-        server = Server(env, threads=2).start()
-        try:
-            yield server, made.stdout.strip()
-        finally:
-            server.stop()
+    with served_with_token(tmp_path_factory.mktemp("served")) as found:
+        yield found
 
 
 def _chunks(data: bytes, size: int = 7) -> Iterator[bytes]:

@@ -9,26 +9,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import Server, errortrack, scratch_database, server_env
+from tests.support import Server, served_with_token
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory) -> Iterator[tuple[Server, str]]:
-    tmp_path = tmp_path_factory.mktemp("served")
-    with scratch_database(tmp_path) as url:
-        env = server_env(tmp_path / "data", url, ERRORTRACK_BOOTSTRAP_PASSWORD="primary password")
-        assert errortrack("bootstrap", "--email", "root@example.com", env=env).returncode == 0
-        made = errortrack(
-            "token", "create", "--email", "root@example.com", "--description", "t", env=env
-        )
-        assert made.returncode == 0, made.stderr
-        server = Server(env, threads=2).start()
-        try:
-            yield server, made.stdout.strip()
-        finally:
-            server.stop()
+    with served_with_token(tmp_path_factory.mktemp("served")) as found:
+        yield found
 
 
 def _raw(server: Server, head: str, body: bytes = b"") -> tuple[int, bytes]:
