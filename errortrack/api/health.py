@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import threading
@@ -115,34 +116,45 @@ class Readyz:
     def check_stores(self) -> dict[str, str]:
         """Store name -> why it is not ready, within the deadline; empty when both answer."""
         running = {check.name: check.current() for check in self._checks}
-        failures: dict[str, str] = {}
-        for name, (future, since) in running.items():
+        for future, since in running.values():
             # The deadline counts from the check's start: a probe that comes while a
             # check hangs answers at once, so many probes cannot hold the API's threads.
-            left = since + self._deadline - time.monotonic()
-            concurrent.futures.wait([future], timeout=max(0.0, left))
-            if not future.done():
-                failures[name] = f"did not answer within {self._deadline:g} s"
-            elif (exc := future.exception()) is not None:
-                failures[name] = _one_line(exc)
-        return failures
+            concurrent.futures.wait([future], timeout=self._left(since))
+        return self._failures(running)
 
     async def check_stores_async(self) -> dict[str, str]:
         """``check_stores`` awaited on an event loop: the same checks and deadline, and
         no thread held while waiting."""
         running = {check.name: check.current() for check in self._checks}
+        loop = asyncio.get_running_loop()
+        for future, since in running.values():
+            if future.done():
+                continue
+            ready = asyncio.Event()
+
+            def wake(_: object, ready: asyncio.Event = ready) -> None:
+                # From the check's thread; a loop closed meanwhile has no one to wake.
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(ready.set)
+
+            future.add_done_callback(wake)
+            # Only the wait is cancelled at the deadline, never the check, which later
+            # probes share.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ready.wait(), timeout=self._left(since))
+        return self._failures(running)
+
+    def _left(self, since: float) -> float:
+        return max(0.0, since + self._deadline - time.monotonic())
+
+    def _failures(
+        self, running: dict[str, tuple[concurrent.futures.Future[None], float]]
+    ) -> dict[str, str]:
         failures: dict[str, str] = {}
-        for name, (future, since) in running.items():
-            left = since + self._deadline - time.monotonic()
-            # shield: a timeout must not cancel the check, which later probes share.
-            waiting = asyncio.shield(asyncio.wrap_future(future))
-            try:
-                await asyncio.wait_for(waiting, timeout=max(0.0, left))
-            except TimeoutError:
+        for name, (future, _) in running.items():
+            if not future.done():
                 failures[name] = f"did not answer within {self._deadline:g} s"
-            except BaseException as exc:  # what the check raised (BaseException too)
-                if isinstance(exc, asyncio.CancelledError) and not future.done():
-                    raise  # the probe itself was cancelled (the client went away)
+            elif (exc := future.exception()) is not None:
                 failures[name] = _one_line(exc)
         return failures
 
