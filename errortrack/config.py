@@ -263,6 +263,14 @@ class Settings:
     writer_quarantine_after: int = _setting(
         5, _positive_int, "Data-error failures of a batch before its bad rows are quarantined"
     )
+    # How long one statement of an API request may run: ClickHouse's max_execution_time on
+    # the request's reads, PostgreSQL's statement_timeout on every relational statement
+    # (SQLite has none; its lock waits end at busy_timeout, 30 s). Over it the request
+    # answers 503 query_timeout. Without a bound a few slow log searches held every API
+    # thread, and a lock held by an operator's psql session held requests for ever.
+    query_timeout_seconds: float = _setting(
+        30.0, _positive_float, "Seconds one API query may run (503 query_timeout)"
+    )
     # Accepted items per second per project (a log counts once per log line); 0 = no limit.
     rate_limit_per_second: int = _setting(0, _rate_limit, "Ingest items/s per project")
     # Reverse proxies / load balancers (addresses or CIDR networks) whose X-Forwarded-For

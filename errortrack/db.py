@@ -57,7 +57,10 @@ class Base(DeclarativeBase):
     )
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, *, statement_timeout: float | None = None) -> Engine:
+    """The engine for ``url``. ``statement_timeout`` (seconds) bounds each statement on
+    PostgreSQL, lock waits included (the serving process sets it; migrations and the CLI
+    do not, as building an index may rightly take longer). SQLite has no such bound."""
     if url.startswith("sqlite"):
         engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
@@ -74,7 +77,10 @@ def make_engine(url: str) -> Engine:
     # What the operator wrote in the URL's query (?connect_timeout=60) wins: connect_args
     # would otherwise override it.
     given = sa.engine.make_url(url).query
-    defaults = {k: v for k, v in POSTGRES_CONNECT.items() if k not in given}
+    defaults: dict[str, Any] = {k: v for k, v in POSTGRES_CONNECT.items() if k not in given}
+    if statement_timeout is not None and "options" not in given:
+        # Set at connection start, so it costs no round trip per request.
+        defaults["options"] = f"-c statement_timeout={max(1, round(statement_timeout * 1000))}"
     return sa.create_engine(
         url, pool_pre_ping=True, pool_size=10, max_overflow=10, connect_args=defaults
     )

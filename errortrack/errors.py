@@ -107,3 +107,11 @@ class RateLimited(_RetryLater):
 class Unavailable(_RetryLater):
     status = 503
     code = "unavailable"
+
+
+class QueryTimeout(Unavailable):
+    """A statement ran past ``ERRORTRACK_QUERY_TIMEOUT_SECONDS`` and was stopped: the
+    store is up but the request asked too much of it (a long time range, a text search
+    over months); a narrower request, or a retry once the store is less busy, answers."""
+
+    code = "query_timeout"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -44,6 +45,13 @@ class AppState:
     # Started by the gunicorn worker after fork (cli.py hooks) or by tests, never at import.
     background: list[Background] = dataclasses.field(default_factory=list)
 
+    @functools.cached_property
+    def api_clickhouse(self) -> ClickHouse:
+        """The analytics store as API requests use it: each read stopped after
+        ``query_timeout_seconds`` (503 query_timeout), so slow searches cannot hold
+        every API thread. Background work (writer, retention) uses ``clickhouse``."""
+        return self.clickhouse.bounded(self.settings.query_timeout_seconds)
+
     def start_background(self) -> None:
         for task in self.background:
             task.start()
@@ -64,7 +72,9 @@ class AppState:
         if not settings.database_url or not settings.clickhouse_url:
             # The embedded defaults live in the data dir; create it on first start.
             settings.data_dir.mkdir(parents=True, exist_ok=True)
-        engine = engine or db.make_engine(settings.resolved_database_url)
+        engine = engine or db.make_engine(
+            settings.resolved_database_url, statement_timeout=settings.query_timeout_seconds
+        )
         clickhouse = clickhouse or ClickHouse(
             settings.resolved_clickhouse_url, cluster=settings.clickhouse_cluster
         )

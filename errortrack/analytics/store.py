@@ -7,6 +7,7 @@ its own client because one shared client serialises every call (ARCHITECTURE.md)
 
 from __future__ import annotations
 
+import copy
 import tempfile
 import threading
 from pathlib import Path
@@ -49,6 +50,8 @@ class ClickHouse:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._database_ready = False
+        # Settings added to every read (see bounded()).
+        self._read_settings: dict[str, Any] = {}
 
     def _connect(self, database: str | None) -> Client:
         if self.embedded:
@@ -86,11 +89,22 @@ class ClickHouse:
             self._local.client = client
         return client
 
+    def bounded(self, seconds: float) -> ClickHouse:
+        """This store with each read stopped after ``seconds`` (ClickHouse's
+        ``max_execution_time``, raising TIMEOUT_EXCEEDED): what API requests use, while the
+        writer and the retention pass read unbounded. It shares this store's per-thread
+        connections; commands (inserts, drops, deletes) are not bounded."""
+        view = copy.copy(self)
+        view._read_settings = {**self._read_settings, "max_execution_time": seconds}
+        return view
+
     # Thin pass-throughs so that callers need not think about threads.
     def command(self, sql: str, parameters: Any = None, settings: Any = None) -> Any:
         return self.client().command(sql, parameters=parameters, settings=settings)
 
     def query_rows(self, sql: str, parameters: Any = None, settings: Any = None) -> list[Any]:
+        if self._read_settings:
+            settings = {**self._read_settings, **(settings or {})}
         return list(self.client().query(sql, parameters=parameters, settings=settings).result_rows)
 
     def ping(self) -> None:

@@ -13,10 +13,11 @@ from typing import Any
 
 import falcon
 import falcon.asgi
+import psycopg
 import sqlalchemy.exc
 from clickhouse_connect.driver import exceptions as clickhouse_errors
 
-from errortrack.errors import ErrortrackError, Unavailable
+from errortrack.errors import ErrortrackError, QueryTimeout, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +87,26 @@ def _unavailable(store: str) -> Callable[[falcon.Request, falcon.Response, Excep
 _relational_unavailable = _unavailable("relational")
 
 
+_TIMEOUT_MESSAGE = (
+    "the query ran longer than the {store} store's limit and was stopped; "
+    "narrow the request (a shorter time range, more filters) or retry later"
+)
+
+
+def _timed_out(store: str, req: falcon.Request, resp: falcon.Response, p: Any) -> None:
+    log.warning("%s query timed out on %s %s", store, req.method, req.path)
+    message = _TIMEOUT_MESSAGE.format(store=store)
+    _domain(req, resp, QueryTimeout(message, retry_after=RETRY_AFTER), p)
+
+
 def _relational_error(req: falcon.Request, resp: falcon.Response, ex: Exception, p: Any) -> None:
     # The relational store refused or dropped the connection (restarting, full, locked).
     # Integrity and programming errors are other classes and stay 500s, except that
     # sqlite3 raises its SQL mistakes as OperationalError too: its result code decides.
     orig = getattr(ex, "orig", None)
+    if isinstance(orig, psycopg.errors.QueryCanceled):  # statement_timeout (db.py)
+        _timed_out("relational", req, resp, p)
+        return
     if isinstance(orig, sqlite3.Error):
         code = getattr(orig, "sqlite_errorcode", None)
         if code is None or code & 0xFF not in _SQLITE_UNAVAILABLE:
@@ -105,6 +121,15 @@ def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception, _p: A
     resp.media = error_body("internal_error", "internal server error")
 
 
+def _analytics_error(req: falcon.Request, resp: falcon.Response, ex: Exception, p: Any) -> None:
+    # A read stopped by max_execution_time (AppState.api_clickhouse); chDB and the HTTP
+    # driver both name the error so. Any other query error is a bug: a 500.
+    if "TIMEOUT_EXCEEDED" in str(ex):
+        _timed_out("analytics", req, resp, p)
+    else:
+        _unexpected(req, resp, ex, p)
+
+
 _HANDLERS: list[tuple[type[Exception], Any]] = [
     # Falcon picks the most specific handler by the exception's class hierarchy.
     (Exception, _unexpected),
@@ -114,6 +139,7 @@ _HANDLERS: list[tuple[type[Exception], Any]] = [
     (sqlalchemy.exc.InterfaceError, _relational_error),
     # clickhouse-connect's OperationalError: a ClickHouse server that cannot be reached or
     # drops the connection (its query errors, and chDB's, are other classes).
+    (clickhouse_errors.DatabaseError, _analytics_error),
     (clickhouse_errors.OperationalError, _unavailable("analytics")),
 ]
 

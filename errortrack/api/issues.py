@@ -39,7 +39,7 @@ class ProjectIssues:
         db = session(req)
         require_project(db, principal(req), project_id, "read")
         args = load_query(req, IssuesQuery)
-        page = read.list_issues(db, project_id, store=self._state.clickhouse, **args)
+        page = read.list_issues(db, project_id, store=self._state.api_clickhouse, **args)
         resp.media = {**page, "items": IssueOut(many=True).dump(page["items"])}
 
 
@@ -54,7 +54,7 @@ class IssueItem:
         db = session(req)
         require_project(db, principal(req), project_id, "read")
         issue = service.get_issue(db, project_id=project_id, issue_id=issue_id)
-        resp.media = IssueOut().dump(read.issue_with_users(self._state.clickhouse, issue))
+        resp.media = IssueOut().dump(read.issue_with_users(self._state.api_clickhouse, issue))
 
     @api_doc("Delete an issue and all its events (editor or admin)", status=204, tags=_TAGS)
     def on_delete(
@@ -63,7 +63,7 @@ class IssueItem:
         db = session(req)
         require_project(db, principal(req), project_id, "write")
         service.delete(
-            db, self._state.clickhouse, project_id=project_id, issue_id=issue_id, wait=False
+            db, self._state.api_clickhouse, project_id=project_id, issue_id=issue_id, wait=False
         )
         resp.status = falcon.HTTP_204
 
@@ -85,7 +85,7 @@ class IssueEvents:
         require_project(db, principal(req), project_id, "read")
         service.get_issue(db, project_id=project_id, issue_id=issue_id)  # 404 if not there
         args = load_query(req, EventsQuery)
-        page = read.issue_events(self._state.clickhouse, project_id, issue_id, **args)
+        page = read.issue_events(self._state.api_clickhouse, project_id, issue_id, **args)
         resp.media = {**page, "items": [_event(e) for e in page["items"]]}
 
 
@@ -112,7 +112,7 @@ class IssueEvent:
         service.get_issue(db, project_id=project_id, issue_id=issue_id)  # 404 if not there
         load_query(req, EventQuery)
         wanted = read.parse_event_id(event_id)
-        event = read.issue_event(self._state.clickhouse, project_id, issue_id, wanted)
+        event = read.issue_event(self._state.api_clickhouse, project_id, issue_id, wanted)
         resp.media = _event(event)
 
 
@@ -133,7 +133,9 @@ class LatestIssueEvent:
         require_project(db, principal(req), project_id, "read")
         service.get_issue(db, project_id=project_id, issue_id=issue_id)  # 404 if not there
         args = load_query(req, LatestEventQuery)
-        resp.media = _event(read.latest_event(self._state.clickhouse, project_id, issue_id, **args))
+        resp.media = _event(
+            read.latest_event(self._state.api_clickhouse, project_id, issue_id, **args)
+        )
 
 
 def _event(event: dict[str, Any]) -> dict[str, Any]:

@@ -31,5 +31,9 @@ class ProjectLogs:
         # The service returns exactly LogPageOut's shape (a test holds it to that), so it
         # is not dumped again through marshmallow: that would cost more than the query.
         resp.media = list_logs(
-            self._state.clickhouse, project_id, args["filter"], args["page"], cursor=args["cursor"]
+            self._state.api_clickhouse,
+            project_id,
+            args["filter"],
+            args["page"],
+            cursor=args["cursor"],
         )

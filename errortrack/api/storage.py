@@ -39,7 +39,7 @@ class Storage:
         settings = self._state.settings
         report = usage.usage(
             session(req),
-            self._state.clickhouse,
+            self._state.api_clickhouse,
             default_retention_days=settings.retention_days,
             disk_cap_bytes=settings.disk_cap_bytes,
         )
@@ -61,6 +61,6 @@ class StorageCleanup:
         _end_auth_transaction(req)
         body = load(req, CleanupIn)
         result = cleanup.cleanup(
-            session(req), self._state.clickhouse, now=self._state.clock(), **body
+            session(req), self._state.api_clickhouse, now=self._state.clock(), **body
         )
         resp.media = CleanupOut().dump(result.as_dict())

@@ -28,7 +28,7 @@ class ProjectTrace:
         self, req: falcon.Request, resp: falcon.Response, project_id: int, trace_id: str
     ) -> None:
         require_project(session(req), principal(req), project_id, "read")
-        story = trace_story(self._state.clickhouse, project_id, parse_trace_id(trace_id))
+        story = trace_story(self._state.api_clickhouse, project_id, parse_trace_id(trace_id))
         # Built by the service in TraceOut's shape (a test holds it to that); dumping a
         # deep span tree again through marshmallow would only copy it.
         resp.media = story
