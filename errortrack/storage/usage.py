@@ -60,18 +60,27 @@ def _partitions(store: ClickHouse, table: str) -> tuple[dict[tuple[str, str], di
     return sizes, sum(int(row[2]) for row in rows)
 
 
-def table_usage(store: ClickHouse, table: str) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
-    """(the table's totals, {project_id: that project's share})."""
-    partitions, part_count = _partitions(store, table)
+def counts_query(table: str) -> str:
+    """Rows, oldest and newest time per (host, partition, project) of ``table``.
+
+    The engine answers it from the table's ``usage`` projection (clickhouse/0015), one
+    row per project per part, instead of reading every row: keep its aggregates and its
+    GROUP BY within what that projection holds. Shared out by partition, not by part: a
+    merge that ended between this and the bytes query renamed the parts, and rows
+    counted under a new part's name found no bytes, so every project could show 0 bytes;
+    a partition keeps its id through merges. hostName() tells shards apart in a cluster,
+    where partition ids repeat across shards."""
     column = tables.TIME_COLUMNS[table]
-    # Shared out by partition, not by part: a merge that ended between the two queries
-    # renamed the parts, and rows counted under a new part's name found no bytes, so
-    # every project could show 0 bytes. A partition keeps its id through merges.
-    # hostName() tells shards apart in a cluster, where partition ids repeat across shards.
-    counts = store.query_rows(
+    return (
         f"SELECT hostName(), _partition_id, project_id, count(), min({column}), max({column}) "
         f"FROM {table} GROUP BY hostName(), _partition_id, project_id"
     )
+
+
+def table_usage(store: ClickHouse, table: str) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+    """(the table's totals, {project_id: that project's share})."""
+    partitions, part_count = _partitions(store, table)
+    counts = store.query_rows(counts_query(table))
     visible: collections.Counter[tuple[str, str]] = collections.Counter()
     for host, partition, _, count, _, _ in counts:
         visible[(host, partition)] += count
