@@ -91,7 +91,10 @@ _IPV6 = re.compile(
 # Not inside a longer dotted number (a version); a sentence's full stop may follow.
 _IPV4 = re.compile(r"\d(?<![\w.]\d)\d{0,2}\.\d{1,3}\.\d{1,3}\.\d{1,3}(?!\w|\.\d)")
 _HEX = re.compile(r"\b(?:0x[0-9a-fA-F]+|(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,})\b")
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+# A number standing alone, as Sentry's int, float and duration patterns take it (word
+# boundaries both sides; "30s" and "250ms" are durations): digits inside a word stay, so
+# "KeyError: 'field1'" and "'field2'" are two issues, as in Sentry (they were merged).
+_NUMBER = re.compile(r"(?<!\w)\d+(?:[.,]\d+)*(?:ms|s)?(?!\w)")
 
 
 def normalise_message(text: str) -> str:

@@ -444,3 +444,22 @@ def test_vite_and_esbuild_hashes_do_not_split_a_deploy():
         a = event([js_frame(f"https://shop.example/assets/{one}", "pay")])
         b = event([js_frame(f"https://shop.example/assets/{other}", "pay")])
         assert fingerprint(a) != fingerprint(b), (one, other)
+
+
+def test_numbers_are_parameters_only_standing_alone():
+    """Sentry's int, float and duration patterns need word boundaries: digits inside a
+    word are part of it. They were replaced anywhere, so "KeyError: 'field1'" and
+    "'field2'", or "user42" and "user43", were one issue (found by the twenty-first
+    session's events-by-trace test)."""
+    assert normalise_message("KeyError: 'field1'") == "KeyError: 'field1'"
+    assert normalise_message("no route v2/items for user_42") == "no route v2/items for user_42"
+    assert normalise_message("HTTP 503 after 3 tries, 2.5s (1,024 bytes); -7") == (
+        "HTTP <num> after <num> tries, <num> (<num> bytes); -<num>"
+    )
+    assert normalise_message("timeout 250ms at step 4.") == "timeout <num> at step <num>."
+    one = {"exception": {"values": [{"type": "KeyError", "value": "'field1'"}]}}
+    two = {"exception": {"values": [{"type": "KeyError", "value": "'field2'"}]}}
+    assert fingerprint(one) != fingerprint(two)
+    three = {"exception": {"values": [{"type": "KeyError", "value": "row 1 of 9"}]}}
+    four = {"exception": {"values": [{"type": "KeyError", "value": "row 2 of 10"}]}}
+    assert fingerprint(three) == fingerprint(four)
