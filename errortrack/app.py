@@ -133,6 +133,9 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     app.add_route(f"{issue}/resolve", issues_api.ResolveIssue())
     app.add_route(f"{issue}/mute", issues_api.MuteIssue())
     app.add_route(f"{issue}/unresolve", issues_api.UnresolveIssue())
+    events = "/api/projects/{project_id:int}/events"
+    app.add_route(events, issues_api.ProjectEvents(state))
+    app.add_route(f"{events}/{{event_id}}", issues_api.ProjectEvent(state))
     trace = "/api/projects/{project_id:int}/traces/{trace_id}"
     app.add_route(trace, traces_api.ProjectTrace(state))
 

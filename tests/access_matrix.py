@@ -122,6 +122,11 @@ def _event_path(world: World) -> str:
     return f"/api/projects/{world.project_id}/issues/{issue_id}/events/{event_id}"
 
 
+def _project_event_path(world: World) -> str:
+    _, event_id = _issue_event(world)
+    return f"/api/projects/{world.project_id}/events/{event_id}"
+
+
 def _trace(world: World) -> str:
     from tests.issue_data import add_span
 
@@ -390,6 +395,16 @@ ROWS: list[Row] = [
         )
         for action in ("resolve", "mute", "unresolve")
     ],
+    Row(
+        f"GET {P}/events",
+        "401 401 200 200 404 200 200 200",
+        lambda w, c: ("GET", f"/api/projects/{w.project_id}/events?trace_id={'5e' * 16}", None),
+    ),
+    Row(
+        f"GET {P}/events/{{event_id}}",
+        "401 401 200 200 404 200 200 200",
+        lambda w, c: ("GET", _project_event_path(w), None),
+    ),
     Row(
         f"GET {P}/traces/{{trace_id}}",
         "401 401 200 200 404 200 200 200",

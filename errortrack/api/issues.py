@@ -1,5 +1,6 @@
 """Issues over HTTP: list (filtered), one issue, its events (filtered, one, the latest),
-status changes (editor+), delete (editor+)."""
+status changes (editor+), delete (editor+); a project's events of every issue (filtered,
+by trace too) and one of them by id."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ from errortrack.api.schemas.issues import (
     IssuePageOut,
     IssuesQuery,
     LatestEventQuery,
+    ProjectEventsQuery,
 )
 from errortrack.auth.permissions import require_project
+from errortrack.errors import NotFound
 from errortrack.issues import read, service
 from errortrack.state import AppState
 
@@ -196,3 +199,49 @@ class UnresolveIssue(_StatusChange):
         self, req: falcon.Request, resp: falcon.Response, project_id: int, issue_id: int
     ) -> None:
         self._change(req, resp, project_id, issue_id)
+
+
+class ProjectEvents:
+    def __init__(self, state: AppState) -> None:
+        self._state = state
+
+    @api_doc(
+        "A project's events of every issue, newest first, with payloads (by trace too)",
+        query=ProjectEventsQuery,
+        response=EventPageOut,
+        tags=_TAGS,
+    )
+    def on_get(self, req: falcon.Request, resp: falcon.Response, project_id: int) -> None:
+        require_project(session(req), principal(req), project_id, "read")
+        args = load_query(req, ProjectEventsQuery)
+        page = read.project_events(self._state.api_clickhouse, project_id, **args)
+        resp.media = {**page, "items": [_event(e) for e in page["items"]]}
+
+
+class ProjectEvent:
+    def __init__(self, state: AppState) -> None:
+        self._state = state
+
+    @api_doc(
+        "One event of the project by its id, whatever its issue, with its payload; "
+        "event_id: 32 hex digits or a UUID",
+        query=EventQuery,
+        response=EventOut,
+        tags=_TAGS,
+    )
+    def on_get(
+        self, req: falcon.Request, resp: falcon.Response, project_id: int, event_id: str
+    ) -> None:
+        db = session(req)
+        require_project(db, principal(req), project_id, "read")
+        load_query(req, EventQuery)
+        event = read.project_event(
+            self._state.api_clickhouse, project_id, read.parse_event_id(event_id)
+        )
+        # An issue being deleted keeps its events in ClickHouse for the delete's mutation
+        # time (issues.service.delete): they are gone as far as the API says.
+        try:
+            service.get_issue(db, project_id=project_id, issue_id=event["issue_id"])
+        except NotFound:
+            raise NotFound("event not found") from None
+        resp.media = _event(event)

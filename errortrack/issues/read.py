@@ -35,7 +35,8 @@ EVENT_COLUMNS = (
 )
 # An issue's events, in the events list's order (newest first, ties by id): the table's
 # key (project_id, issue_id, timestamp) is read from its end.
-_ISSUE_EVENTS = "project_id = {project_id:UInt64} AND issue_id = {issue_id:UInt64}"
+_PROJECT_EVENTS = "project_id = {project_id:UInt64}"
+_ISSUE_EVENTS = f"{_PROJECT_EVENTS} AND issue_id = {{issue_id:UInt64}}"
 _NEWEST_FIRST = "timestamp DESC, event_id DESC"
 
 
@@ -288,6 +289,35 @@ def issue_events(
     where, params = _event_filter(
         _ISSUE_EVENTS, {"project_id": project_id, "issue_id": issue_id}, environments, releases
     )
+    return _events_page(store, where, params, page)
+
+
+def project_events(
+    store: ClickHouse,
+    project_id: int,
+    page: PageRequest,
+    *,
+    trace_id: str | None = None,
+    environments: Sequence[str] = (),
+    releases: Sequence[str] = (),
+) -> dict[str, Any]:
+    """A project's events of every issue, newest first, with payloads: all of them, or
+    those of one trace (``trace_id`` as ``parse_trace_id`` gives it; the table's bloom
+    filter on ``trace_id`` skips the other granules), in one of ``environments`` and one
+    of ``releases`` when given. The trace view shows a trace's first 100 events; this
+    pages through all of them."""
+    params: dict[str, Any] = {"project_id": project_id}
+    where = _PROJECT_EVENTS
+    if trace_id:
+        where += " AND trace_id = {trace_id:String}"
+        params["trace_id"] = trace_id
+    where, params = _event_filter(where, params, environments, releases)
+    return _events_page(store, where, params, page)
+
+
+def _events_page(
+    store: ClickHouse, where: str, params: dict[str, Any], page: PageRequest
+) -> dict[str, Any]:
     total = int(store.query_rows(f"SELECT count() FROM events WHERE {where}", params)[0][0])
     items: list[dict[str, Any]] = []
     if not page.past_end(total):
@@ -298,6 +328,21 @@ def issue_events(
         )
         items = [_with_payload(row) for row in rows]
     return page_body(items, total, page)
+
+
+def project_event(store: ClickHouse, project_id: int, event_id: str) -> dict[str, Any]:
+    """One event of the project, whatever its issue, with its payload (the id an SDK
+    answered, ``sentry_sdk.last_event_id()``, is all a user has to report). The project
+    prefix of the key and the ``idx_event_id`` bloom filter narrow the read. NotFound
+    when the project has no such event."""
+    rows = store.query_rows(
+        f"SELECT {EVENT_COLUMNS}, payload FROM events "
+        f"WHERE {_PROJECT_EVENTS} AND event_id = {{event_id:UUID}} ORDER BY received_at LIMIT 1",
+        {"project_id": project_id, "event_id": event_id},
+    )
+    if not rows:
+        raise NotFound("event not found")
+    return _with_payload(rows[0])
 
 
 def issue_event(store: ClickHouse, project_id: int, issue_id: int, event_id: str) -> dict[str, Any]:

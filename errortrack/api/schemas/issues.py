@@ -7,6 +7,7 @@ from typing import Any
 from marshmallow import Schema, fields, post_load, validate
 from marshmallow import ValidationError as SchemaError
 
+from errortrack.api.schemas.logs import TRACE_ID_PATTERN, TraceId
 from errortrack.api.schemas.paging import PageQuery, page_of, page_request
 from errortrack.errors import ValidationError
 from errortrack.issues.read import (
@@ -161,6 +162,24 @@ class EventsQuery(_EventFilters, PageQuery):
     @post_load
     def _split(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
         return {**self._filters(data), "page": page_request(data)}
+
+
+class ProjectEventsQuery(_EventFilters, PageQuery):
+    trace_id = TraceId(
+        metadata={
+            "description": "Only the events sent inside this trace: 32 hex digits, any "
+            "case, or a UUID with dashes.",
+            "pattern": TRACE_ID_PATTERN,
+        }
+    )
+
+    @post_load
+    def _split(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        return {
+            **self._filters(data),
+            "trace_id": data.pop("trace_id", None),
+            "page": page_request(data),
+        }
 
 
 class LatestEventQuery(_EventFilters):
