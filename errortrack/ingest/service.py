@@ -21,9 +21,10 @@ import sqlalchemy.exc
 from sqlalchemy.orm import Session
 
 from errortrack import timestamps
-from errortrack.errors import BadRequest, Unavailable
+from errortrack.errors import Unavailable
 from errortrack.ingest import auth, envelope, items, ratelimit
 from errortrack.ingest.ratelimit import CATEGORIES, RateLimiter
+from errortrack.issues import events
 from errortrack.spool.segments import Spool
 
 log = logging.getLogger(__name__)
@@ -107,12 +108,7 @@ def envelope_key(parsed: envelope.Envelope) -> str:
 
 def accept_store(ingest: Ingest, info: auth.KeyInfo, raw: bytes) -> Accepted:
     """``accept_envelope`` for a legacy ``/store/`` body (one JSON event)."""
-    try:
-        event = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"body is not valid JSON: {exc}") from None
-    if not isinstance(event, dict):
-        raise BadRequest("body must be a JSON object (one event)")
+    event = events.parse(raw, what="body")
     header = {"event_id": event["event_id"]} if isinstance(event.get("event_id"), str) else {}
     ctx = ingest.context(info, {})
     return _accept(ingest, ctx, [("event", {"type": "event"}, raw)], header)

@@ -11,6 +11,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import orjson
 
 from errortrack import timestamps
@@ -42,21 +43,35 @@ def handle_event(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> I
 
     event = parse(payload)
     if event.get("type") == "transaction":
-        # Old SDKs (and /store/) send transactions as plain events.
-        return ItemRows(spans=transactions.rows(event, ctx))
+        # Old SDKs (and /store/) send transactions as plain events. Read again as the
+        # transaction item is, so that integers beyond 64 bits keep their digits (orjson
+        # made them doubles); only this legacy form pays for the second read.
+        return ItemRows(spans=transactions.rows(transactions.decode(payload), ctx))
     event_id = event_id_of(event, ctx.envelope_header)
     row = event_row(event, payload, event_id, ctx)
     return ItemRows(events=[row], event_id=event_id)
 
 
-def parse(payload: bytes) -> dict[str, Any]:
+def parse(payload: bytes, *, what: str = "event payload") -> dict[str, Any]:
+    """The event as a dict; ``what`` names the payload in a 400 (a /store/ body)."""
     try:
         event = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"event payload is not valid JSON: {exc}") from None
+        event = _exact(payload, exc, what)
     if not isinstance(event, dict):
-        raise BadRequest("event payload must be a JSON object")
+        raise BadRequest(f"{what} must be a JSON object")
     return event
+
+
+def _exact(payload: bytes, refusal: orjson.JSONDecodeError, what: str) -> Any:
+    """The payload read by msgspec, which takes what orjson refuses in valid JSON: an
+    integer beyond a double (an SDK's ``extra={"n": 10**400}``), which made the whole
+    event a 400. The row stores the payload as sent; grouping and the title read the
+    parsed value. Invalid JSON stays a 400, with orjson's account of it."""
+    try:
+        return msgspec.json.decode(payload)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        raise BadRequest(f"{what} is not valid JSON: {refusal}") from None
 
 
 def event_id_of(event: dict[str, Any], envelope_header: dict[str, Any]) -> str:
