@@ -138,6 +138,7 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     app.add_route(f"{events}/{{event_id}}", issues_api.ProjectEvent(state))
     trace = "/api/projects/{project_id:int}/traces/{trace_id}"
     app.add_route(trace, traces_api.ProjectTrace(state))
+    app.add_route(f"{trace}/spans", traces_api.TraceSpans(state))
 
     # The OpenAPI document and Swagger UI, public, only with the openapi feature (else 404).
     if docs.enabled(state.settings):

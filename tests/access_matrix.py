@@ -410,6 +410,11 @@ ROWS: list[Row] = [
         "401 401 200 200 404 200 200 200",
         lambda w, c: ("GET", f"/api/projects/{w.project_id}/traces/{_trace(w)}", None),
     ),
+    Row(
+        f"GET {P}/traces/{{trace_id}}/spans",
+        "401 401 200 200 404 200 200 200",
+        lambda w, c: ("GET", f"/api/projects/{w.project_id}/traces/{_trace(w)}/spans", None),
+    ),
 ]
 
 

@@ -377,3 +377,38 @@ def test_a_trace_past_its_caps_says_which_lists_were_cut(world, monkeypatch):
     assert story["truncated"] == {"spans": True, "logs": True, "events": False}
     assert (story["span_count"], len(story["logs"]), len(story["events"])) == (2, 1, 2)
     assert [log["body"] for log in story["logs"]] == ["log 0"]
+
+
+def test_a_trace_s_spans_page_on_past_the_view_s_cap(world):
+    """The trace view shows the first 10,000 spans; the spans list pages through all of
+    them, in the tree's order, each span id once (a transaction sent twice is stored twice)."""
+    from errortrack.api.schemas.traces import SpanPageOut
+
+    p = world.project_id
+    ids = [f"{i:016x}" for i in range(25)]
+    for i, span_id in enumerate(ids):
+        add_span(world.state, p, T, span_id, ids[0] if i else "", at=i, is_segment=i == 0)
+    add_span(world.state, p, T, ids[3], ids[0], at=3)  # sent again
+    add_span(world.state, p, "cd" * 16, "f" * 16, at=1, is_segment=True)  # another trace
+    path = f"/api/projects/{p}/traces/{T}/spans"
+    seen = []
+    for page in (1, 2, 3):
+        body = _get(world, "viewer", path, f"per_page=10&page={page}").json
+        assert SpanPageOut().validate(body) == {}
+        assert body["total_count"] == 25
+        seen += [span["span_id"] for span in body["items"]]
+    assert seen == ids
+    first = _get(world, "viewer", path, "per_page=1").json["items"][0]
+    assert first["is_segment"] is True and "children" not in first
+    assert first["parent_span_id"] is None and first["op"] == "http.server"
+    # The dashed UUID form names the trace too; an unknown trace is an empty list.
+    dashed = f"{T[:8]}-{T[8:12]}-{T[12:16]}-{T[16:20]}-{T[20:]}"
+    assert (
+        _get(world, "viewer", f"/api/projects/{p}/traces/{dashed}/spans").json["total_count"] == 25
+    )
+    empty = _get(world, "viewer", f"/api/projects/{p}/traces/{'9' * 32}/spans")
+    assert empty.status_code == 200 and empty.json["items"] == []
+    for query, field in (("per_page=0", "per_page"), ("sort=x", "sort")):
+        resp = _get(world, "viewer", path, query)
+        assert resp.status_code == 400 and resp.json["error"]["field"] == field
+    assert _get(world, "viewer", f"/api/projects/{p}/traces/xyz/spans").status_code == 400

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from marshmallow import Schema, fields
+from typing import Any
+
+from marshmallow import Schema, fields, post_load
 
 from errortrack.api.schemas.issues import EventSummaryOut
 from errortrack.api.schemas.logs import LogOut, LogsQuery
+from errortrack.api.schemas.paging import PageQuery, page_of, page_request
 
 _TIME = {"format": "date-time"}
 
@@ -24,7 +27,7 @@ class TracePath(Schema):
     )
 
 
-class SpanOut(Schema):
+class FlatSpanOut(Schema):
     span_id = fields.Str(required=True)
     parent_span_id = fields.Str(required=True, allow_none=True)
     segment_id = fields.Str(required=True, allow_none=True)
@@ -37,7 +40,13 @@ class SpanOut(Schema):
     duration_ms = fields.Float(required=True)
     status = fields.Str(required=True, allow_none=True)
     attributes = fields.Dict(required=True, metadata={"description": "{name: {value, type}}"})
+
+
+class SpanOut(FlatSpanOut):
     children = fields.List(fields.Nested(lambda: SpanOut()), required=True)
+
+
+SpanPageOut = page_of(FlatSpanOut)
 
 
 class TruncatedOut(Schema):
@@ -70,3 +79,11 @@ class TraceOut(Schema):
             " or events (100) than shown: the first ones, in the order above"
         },
     )
+
+
+class SpansQuery(PageQuery):
+    """page and per_page only."""
+
+    @post_load
+    def _split(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        return {"page": page_request(data)}
