@@ -146,4 +146,5 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
         app.add_route("/docs", docs.SwaggerPage())
         app.add_route("/docs/init.js", docs.SwaggerInit())
         app.add_static_route(docs.ASSETS_PATH, str(docs.assets_dir()))
+        app.add_middleware(docs.AssetMethods())
     return app

@@ -87,3 +87,16 @@ class SwaggerInit:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.content_type = "text/javascript; charset=utf-8"
         resp.text = _INIT
+
+
+class AssetMethods:
+    """405 for a method other than GET, HEAD or OPTIONS under ``ASSETS_PATH``: Falcon's
+    static route serves the file whatever the method (``DELETE /docs/assets/x.css`` was
+    a 200 with the file), and its route is not a resource the 405 logic sees."""
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if req.path.startswith(f"{ASSETS_PATH}/") and req.method not in _ASSET_METHODS:
+            raise falcon.HTTPMethodNotAllowed(list(_ASSET_METHODS))
+
+
+_ASSET_METHODS = ("GET", "HEAD", "OPTIONS")

@@ -108,6 +108,17 @@ def test_served_publicly_when_on(docs_client, app):
     assert missing.status_code == 404 and missing.json["error"]["code"] == "not_found"
 
 
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
+def test_the_docs_assets_answer_reads_only(docs_client, method):
+    """Falcon's static route served the file to any method (a DELETE was a 200)."""
+    resp = docs_client.simulate_request(method, "/docs/assets/swagger-ui.css")
+    assert resp.status_code == 405
+    assert resp.json["error"]["code"] == "method_not_allowed"
+    assert resp.headers["Allow"] == "GET, HEAD, OPTIONS"
+    head = docs_client.simulate_head("/docs/assets/swagger-ui.css")
+    assert head.status_code == 200 and head.content == b""
+
+
 @pytest.mark.parametrize(
     "path", ["/api-docs/openapi.json", "/docs", "/docs/init.js", "/docs/assets/swagger-ui.css"]
 )
