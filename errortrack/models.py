@@ -163,7 +163,7 @@ class Issue(Base):
     __table_args__ = (
         sa.UniqueConstraint("project_id", "fingerprint"),
         # One per order and status filter of the issues list, each ending on the id the
-        # orders end on (relational migration 0010).
+        # orders end on (relational migrations 0010 and 0011).
         sa.Index("ix_issues_project_last_seen_id", "project_id", "last_seen", "id"),
         sa.Index("ix_issues_project_first_seen_id", "project_id", "first_seen", "id"),
         sa.Index("ix_issues_project_count_id", "project_id", "event_count", "id"),
@@ -171,6 +171,9 @@ class Issue(Base):
             "ix_issues_project_status_last_seen_id", "project_id", "status", "last_seen", "id"
         ),
         sa.Index("ix_issues_project_status_count_id", "project_id", "status", "event_count", "id"),
+        # The id orders (sort=id, -id; relational migration 0011).
+        sa.Index("ix_issues_project_id", "project_id", "id"),
+        sa.Index("ix_issues_project_status_id", "project_id", "status", "id"),
         sa.CheckConstraint("status IN ('unresolved', 'resolved', 'muted')", name="status"),
         # Its events stay in ClickHouse keyed by its id, and some may land after a
         # delete: a reused id would list them under an unrelated new issue (0004).

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import Schema, fields, post_load, validate
+from marshmallow import Schema, fields, post_load, pre_load, validate
 from marshmallow import ValidationError as SchemaError
 
 from errortrack.api.schemas.logs import TRACE_ID_PATTERN, TraceId
 from errortrack.api.schemas.paging import PageQuery, page_of, page_request
 from errortrack.errors import ValidationError
+from errortrack.issues import cursor
 from errortrack.issues.read import (
     ISSUE_LEVELS,
     ISSUE_SORTS,
@@ -98,6 +99,42 @@ def _release() -> Values:
     )
 
 
+class IssueCursorText(fields.Str):
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
+        return _domain(cursor.decode_issue, super()._deserialize(value, attr, data, **kwargs))
+
+
+class EventCursorText(fields.Str):
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
+        return _domain(cursor.decode_event, super()._deserialize(value, attr, data, **kwargs))
+
+
+def _not_with_page(data: dict[str, Any]) -> None:
+    if "cursor" in data and "page" in data:
+        raise SchemaError("give either page or cursor, not both", field_name="cursor")
+
+
+class _EventCursor(Schema):
+    """``cursor`` on the events lists (``errortrack.issues.cursor``)."""
+
+    cursor = EventCursorText(
+        metadata={
+            # Checked by cursor.decode_event (a Length validator would see the decoded one).
+            "maxLength": cursor.MAX_LENGTH,
+            "description": "Continue a walk: the next_cursor of the previous page, as it "
+            "came (opaque). Gives the per_page events after that page's last one "
+            "(newest first, ties by event_id): every event stored before the walk began "
+            "and still stored is seen exactly once, whatever arrives or goes meanwhile. "
+            "Not with page.",
+        }
+    )
+
+    @pre_load
+    def _one_way_to_page(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        _not_with_page(data)
+        return data
+
+
 class _EventFilters(Schema):
     environment = _environment()
     release = _release()
@@ -143,8 +180,37 @@ class IssuesQuery(PageQuery):
     sort = fields.Str(
         load_default="-last_seen",
         validate=validate.OneOf(list(ISSUE_SORTS)),
-        metadata={"description": "Most recently seen first by default."},
+        metadata={
+            "description": "Most recently seen first by default; ties by id. id is oldest "
+            "created first: an issue's id never changes, so a cursor walk by id or -id "
+            "sees every issue that exists throughout the walk exactly once. By the other "
+            "sorts an issue whose last_seen, first_seen or count changes during a walk "
+            "may be seen twice or not at all."
+        },
     )
+    cursor = IssueCursorText(
+        metadata={
+            "maxLength": cursor.MAX_LENGTH,
+            "description": "Continue a walk: the next_cursor of the previous page, as it "
+            "came (opaque). Gives the per_page issues after that page's last one in its "
+            "sort, unaffected by issues added, changed or deleted before that point. Not "
+            "with page; sort defaults to the cursor's own.",
+        }
+    )
+
+    @pre_load
+    def _sort_of_cursor(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        """A cursor without ``sort`` continues in its own sort (a client following
+        next_cursor need not repeat it); with a different ``sort`` it is a 400
+        (``read.list_issues``)."""
+        _not_with_page(data)
+        text = data.get("cursor")
+        if "sort" in data or not isinstance(text, str):
+            return data
+        try:
+            return {**data, "sort": cursor.decode_issue(text).sort}
+        except ValidationError:
+            return data  # the cursor field itself reports it
 
     @post_load
     def _split(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
@@ -154,17 +220,22 @@ class IssuesQuery(PageQuery):
             "text": data.pop("q", None),
             **_EventFilters._filters(data),
             "sort": data.pop("sort"),
+            "cursor": data.pop("cursor", None),
             "page": page_request(data),
         }
 
 
-class EventsQuery(_EventFilters, PageQuery):
+class EventsQuery(_EventCursor, _EventFilters, PageQuery):
     @post_load
     def _split(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        return {**self._filters(data), "page": page_request(data)}
+        return {
+            **self._filters(data),
+            "cursor": data.pop("cursor", None),
+            "page": page_request(data),
+        }
 
 
-class ProjectEventsQuery(_EventFilters, PageQuery):
+class ProjectEventsQuery(_EventCursor, _EventFilters, PageQuery):
     trace_id = TraceId(
         metadata={
             "description": "Only the events sent inside this trace: 32 hex digits, any "
@@ -178,6 +249,7 @@ class ProjectEventsQuery(_EventFilters, PageQuery):
         return {
             **self._filters(data),
             "trace_id": data.pop("trace_id", None),
+            "cursor": data.pop("cursor", None),
             "page": page_request(data),
         }
 
@@ -240,5 +312,5 @@ class EventOut(EventSummaryOut):
     payload = fields.Dict(required=True, metadata={"description": "The event as the SDK sent it"})
 
 
-IssuePageOut = page_of(IssueOut)
-EventPageOut = page_of(EventOut)
+IssuePageOut = page_of(IssueOut, cursors=True)
+EventPageOut = page_of(EventOut, cursors=True)

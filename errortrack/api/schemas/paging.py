@@ -55,7 +55,7 @@ def page_of(item: type[Schema], *, cursors: bool = False) -> type[Schema]:
             allow_none=True,
             metadata={
                 "description": "Pass as cursor for the next page; null at the end of "
-                "the list (no log after this page)."
+                "the list (nothing after this page)."
             },
         )
     return Schema.from_dict(
