@@ -5,9 +5,9 @@
 -- somewhere near a billion. This aggregate projection keeps one row per project per
 -- part, and the engine answers the report's GROUP BY _partition_id, project_id from it
 -- (a part never spans partitions): 1.3 s -> 0.05 s at 20 M rows (bench/RESULTS.md,
--- twenty-first session).
-ALTER TABLE logs ADD PROJECTION IF NOT EXISTS usage (SELECT project_id, count(), min(timestamp), max(timestamp) GROUP BY project_id);
-ALTER TABLE logs MATERIALIZE PROJECTION usage;
+-- twenty-first session). The logs table has none: the report reads its severity_counts
+-- projection (0006) instead, as a usage projection cost 2-3 % of the engine's CPU per
+-- stored log.
 -- Lightweight DELETEs (an issue's delete, storage cleanup) are refused on tables with
 -- projections unless told what to do with them: rebuild the projection of the parts they
 -- touch, so that the report never counts deleted rows (as for logs in 0006).

@@ -13,7 +13,7 @@ from errortrack.errors import ValidationError
 from errortrack.issues.service import delete_events
 from errortrack.models import Issue
 from errortrack.projects.service import create_project
-from errortrack.storage import cleanup, tables, usage
+from errortrack.storage import cleanup, usage
 from tests import storage_rows as rows
 
 H = dt.timedelta(hours=1)
@@ -269,13 +269,39 @@ def test_per_project_bytes_add_up_when_a_merge_ends_between_the_two_reads(
     assert projects[1]["bytes_on_disk"] == pytest.approx(3 * projects[2]["bytes_on_disk"])
 
 
-@pytest.mark.parametrize("table", tables.TABLES)
+@pytest.mark.parametrize("table", ["events", "spans"])
 def test_usage_is_read_from_the_usage_projection_not_the_rows(clickhouse, now, table):
     """GET /api/storage read every row's project and time (1.9 s at 50 M rows): the
     report's counts must come from the aggregate projection (clickhouse/0015)."""
     rows.add_all(clickhouse, 1, [now - D, now - H, now])
     plan = [line for (line,) in clickhouse.query_rows("EXPLAIN " + usage.counts_query(table))]
     assert any("ReadFromMergeTree (usage)" in line for line in plan), plan
+
+
+def test_log_usage_is_read_from_the_severity_counts_projection_and_exact(clickhouse, sessions, now):
+    """Logs have no usage projection (it cost 2-3 % of the engine per stored log): their
+    counts come from severity_counts, and each project's oldest and newest log from a
+    read of its first and last hour only, exact to the microsecond."""
+    p1, p2 = _projects(sessions, "one", "two")
+    m, us = dt.timedelta(minutes=1), dt.timedelta(microseconds=1)
+    rows.add_logs(clickhouse, p1, [now - 2 * D + 7 * m + 5 * us, now - 2 * D + 50 * m])
+    rows.add_logs(clickhouse, p1, [now - H + 59 * m + 999_999 * us, now - H + m])
+    rows.add_logs(clickhouse, p2, [now - 5 * D + 33 * m])
+    plan = [line for (line,) in clickhouse.query_rows("EXPLAIN " + usage.LOG_HOURS_QUERY)]
+    assert any("ReadFromMergeTree (severity_counts)" in line for line in plan), plan
+    total, projects = usage.table_usage(clickhouse, "logs")
+    assert (total["rows"], projects[p1]["rows"], projects[p2]["rows"]) == (5, 4, 1)
+    naive = lambda t: t.replace(tzinfo=None)  # noqa: E731 (as ClickHouse gives them)
+    assert projects[p1]["oldest"] == naive(now - 2 * D + 7 * m + 5 * us)
+    assert projects[p1]["newest"] == naive(now - H + 59 * m + 999_999 * us)
+    assert projects[p2]["oldest"] == projects[p2]["newest"] == naive(now - 5 * D + 33 * m)
+    assert total["oldest"] == naive(now - 5 * D + 33 * m)
+    # A project cleanup's lightweight delete rebuilds the projection: nothing deleted counts.
+    with db.unit_of_work(sessions) as s:
+        cleanup.cleanup(s, clickhouse, older_than_days=1, now=now, project_id=p1)
+    total, projects = usage.table_usage(clickhouse, "logs")
+    assert (total["rows"], projects[p1]["rows"]) == (3, 2)
+    assert projects[p1]["oldest"] == naive(now - H + m)
 
 
 def test_usage_leaves_out_events_removed_by_an_issue_delete(clickhouse, sessions, now):
