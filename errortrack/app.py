@@ -77,7 +77,7 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     middleware: list[Any] = [
         # First, so that everything after it routes and answers a HEAD as a GET.
         HeadAsGet(),
-        DatabaseSessions(state.sessions),
+        DatabaseSessions(state.api_sessions),
         Authentication(state.clock),
         RenderJSON(),
         # Every 401 here names the scheme to use (RFC 9110 11.6.1); ingest's are Sentry's.

@@ -104,6 +104,18 @@ def _positive_float(raw: str) -> float:
     return value
 
 
+# PostgreSQL's statement_timeout ends at 2^31-1 ms: a larger value (legal here until
+# the twenty-first session's review) made every connection of the serving process fail.
+MAX_QUERY_TIMEOUT = 2_147_483
+
+
+def _query_timeout(raw: str) -> float:
+    value = float(raw)
+    if not (math.isfinite(value) and 0 <= value <= MAX_QUERY_TIMEOUT):
+        raise ValueError(f"expected seconds from 0 (no limit) to {MAX_QUERY_TIMEOUT}")
+    return value
+
+
 def _split(raw: str) -> SplitResult:
     parts = urlsplit(raw)
     try:
@@ -264,12 +276,12 @@ class Settings:
         5, _positive_int, "Data-error failures of a batch before its bad rows are quarantined"
     )
     # How long one statement of an API request may run: ClickHouse's max_execution_time on
-    # the request's reads, PostgreSQL's statement_timeout on every relational statement
+    # the request's reads, PostgreSQL's statement_timeout on its relational statements
     # (SQLite has none; its lock waits end at busy_timeout, 30 s). Over it the request
     # answers 503 query_timeout. Without a bound a few slow log searches held every API
     # thread, and a lock held by an operator's psql session held requests for ever.
     query_timeout_seconds: float = _setting(
-        30.0, _positive_float, "Seconds one API query may run (503 query_timeout)"
+        30.0, _query_timeout, "Seconds one API query may run (503 query_timeout); 0 = no limit"
     )
     # Accepted items per second per project (a log counts once per log line); 0 = no limit.
     rate_limit_per_second: int = _setting(0, _rate_limit, "Ingest items/s per project")

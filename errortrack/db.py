@@ -57,10 +57,7 @@ class Base(DeclarativeBase):
     )
 
 
-def make_engine(url: str, *, statement_timeout: float | None = None) -> Engine:
-    """The engine for ``url``. ``statement_timeout`` (seconds) bounds each statement on
-    PostgreSQL, lock waits included (the serving process sets it; migrations and the CLI
-    do not, as building an index may rightly take longer). SQLite has no such bound."""
+def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
@@ -77,10 +74,7 @@ def make_engine(url: str, *, statement_timeout: float | None = None) -> Engine:
     # What the operator wrote in the URL's query (?connect_timeout=60) wins: connect_args
     # would otherwise override it.
     given = sa.engine.make_url(url).query
-    defaults: dict[str, Any] = {k: v for k, v in POSTGRES_CONNECT.items() if k not in given}
-    if statement_timeout is not None and "options" not in given:
-        # Set at connection start, so it costs no round trip per request.
-        defaults["options"] = f"-c statement_timeout={max(1, round(statement_timeout * 1000))}"
+    defaults = {k: v for k, v in POSTGRES_CONNECT.items() if k not in given}
     return sa.create_engine(
         url, pool_pre_ping=True, pool_size=10, max_overflow=10, connect_args=defaults
     )
@@ -106,6 +100,27 @@ POSTGRES_CONNECT = {
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def bounded_sessionmaker(engine: Engine, seconds: float) -> sessionmaker[Session]:
+    """Sessions whose transactions on PostgreSQL stop any statement running longer than
+    ``seconds`` (lock waits included): what API requests use (0: no bound). Set with
+    ``SET LOCAL`` as each transaction begins, one statement more per transaction: it ends
+    with the transaction, so background work on the same engine (the ingest writer's
+    grouping, the retention pass) and the CLI stay unbounded, it holds behind PgBouncer
+    in transaction mode (which refuses the ``options`` startup parameter, so a
+    connection-wide setting stopped every connection), and it leaves the URL's own
+    ``options`` alone. SQLite has no statement timeout."""
+    factory = make_sessionmaker(engine)
+    if engine.dialect.name == "postgresql" and seconds > 0:
+        # An integer in ms: PostgreSQL takes up to 2^31-1 (config.py caps the setting).
+        timeout = f"SET LOCAL statement_timeout = {max(1, round(seconds * 1000))}"
+
+        @event.listens_for(factory, "after_begin")
+        def _bound(_session: Session, _transaction: Any, connection: sa.Connection) -> None:
+            connection.exec_driver_sql(timeout)
+
+    return factory
 
 
 @contextmanager

@@ -50,7 +50,15 @@ class AppState:
         """The analytics store as API requests use it: each read stopped after
         ``query_timeout_seconds`` (503 query_timeout), so slow searches cannot hold
         every API thread. Background work (writer, retention) uses ``clickhouse``."""
-        return self.clickhouse.bounded(self.settings.query_timeout_seconds)
+        timeout = self.settings.query_timeout_seconds
+        return self.clickhouse.bounded(timeout) if timeout else self.clickhouse
+
+    @functools.cached_property
+    def api_sessions(self) -> sessionmaker[Session]:
+        """Relational sessions as API requests use them: on PostgreSQL each statement is
+        stopped after ``query_timeout_seconds`` (``db.bounded_sessionmaker``). Background
+        work and the CLI use ``sessions``, unbounded."""
+        return db.bounded_sessionmaker(self.engine, self.settings.query_timeout_seconds)
 
     def start_background(self) -> None:
         for task in self.background:
@@ -72,11 +80,14 @@ class AppState:
         if not settings.database_url or not settings.clickhouse_url:
             # The embedded defaults live in the data dir; create it on first start.
             settings.data_dir.mkdir(parents=True, exist_ok=True)
-        engine = engine or db.make_engine(
-            settings.resolved_database_url, statement_timeout=settings.query_timeout_seconds
-        )
+        engine = engine or db.make_engine(settings.resolved_database_url)
+        timeout = settings.query_timeout_seconds
         clickhouse = clickhouse or ClickHouse(
-            settings.resolved_clickhouse_url, cluster=settings.clickhouse_cluster
+            settings.resolved_clickhouse_url,
+            cluster=settings.clickhouse_cluster,
+            # A ClickHouse server's reads end at the query timeout (503 query_timeout), not
+            # at the HTTP client's own read timeout first (503 unavailable).
+            receive_timeout=max(60.0, timeout + 5) if timeout else 300.0,
         )
         return cls(settings, engine, db.make_sessionmaker(engine), clickhouse, clock)
 

@@ -37,11 +37,19 @@ def engine_temp_files(path: Path) -> None:
 
 
 class ClickHouse:
-    def __init__(self, url: str, *, database: str | None = None, cluster: str = "") -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        database: str | None = None,
+        cluster: str = "",
+        receive_timeout: float = 60.0,
+    ) -> None:
         parts = urlsplit(url)
         self.url = url
         self.embedded = parts.scheme == "chdb"
         self.cluster = cluster
+        self.receive_timeout = receive_timeout
         if database is None:
             query_db = parse_qs(parts.query).get("database", [""])[0]
             path_db = "" if self.embedded else parts.path.strip("/")
@@ -68,7 +76,7 @@ class ClickHouse:
             database=database or "",
             # A server is shared; fail a stuck call instead of hanging a request forever.
             connect_timeout=5,
-            send_receive_timeout=60,
+            send_receive_timeout=self.receive_timeout,
         )
 
     def ensure_database(self) -> None:

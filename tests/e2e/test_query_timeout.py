@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from errortrack import db
+from errortrack.config import Settings, SettingsError
 from errortrack.server import create_server_app
 from errortrack.state import AppState
 from tests.access_world import build_world
@@ -100,14 +101,7 @@ def test_other_query_errors_stay_500s(state, monkeypatch):
 
 @pytest.mark.skipif(not TEST_PG, reason="statement_timeout is PostgreSQL's")
 def test_a_statement_waiting_on_a_lock_answers_503_query_timeout(state, database_url):
-    engine = db.make_engine(database_url, statement_timeout=0.5)
-    timed = AppState.build(
-        dataclasses.replace(state.settings, query_timeout_seconds=0.5),
-        engine=engine,
-        clickhouse=state.clickhouse,
-        clock=state.clock,
-    )
-    client = falcon.testing.TestClient(create_server_app(state=timed))
+    client, timed = _served(state, 0.5)
     world = build_world(timed, client)
     locker = sa.create_engine(database_url)
     locked, release = threading.Event(), threading.Event()
@@ -134,18 +128,61 @@ def test_a_statement_waiting_on_a_lock_answers_503_query_timeout(state, database
         locker.dispose()
     assert world.call("viewer", "GET", f"/api/projects/{world.project_id}").status_code == 200
     timed.ingest.writer.spool.close()
-    engine.dispose()
 
 
-def test_migrations_and_the_cli_engine_have_no_statement_timeout(database_url):
-    if not database_url.startswith("postgresql"):
-        pytest.skip("statement_timeout is PostgreSQL's")
-    plain, bounded = db.make_engine(database_url), db.make_engine(database_url, statement_timeout=2)
+def _timeout_in(factory) -> str:
+    with factory() as session:
+        return session.scalar(sa.text("SHOW statement_timeout"))
+
+
+@pytest.mark.skipif(not TEST_PG, reason="statement_timeout is PostgreSQL's")
+def test_only_api_transactions_are_bounded(state, database_url):
+    """The bound is SET LOCAL in each API transaction: background work on the same
+    engine (grouping, retention) and the engine's own connections stay unbounded; no
+    startup parameter is sent, which PgBouncer refuses (every connection failed behind
+    it), and a URL's own options are kept (they made the bound silently absent)."""
+    timed = AppState.build(
+        dataclasses.replace(state.settings, query_timeout_seconds=2),
+        engine=state.engine,
+        clickhouse=state.clickhouse,
+        clock=state.clock,
+    )
+    assert _timeout_in(timed.api_sessions) == "2s"
+    assert _timeout_in(timed.sessions) == "0"
+    with timed.engine.connect() as conn:
+        assert conn.scalar(sa.text("SHOW statement_timeout")) == "0"
+    # A second transaction of one session is bounded too (a request commits mid-way).
+    with timed.api_sessions() as session:
+        session.commit()
+        assert session.scalar(sa.text("SHOW statement_timeout")) == "2s"
+    # The URL's own options stay, and the bound comes on top.
+    sep = "&" if "?" in database_url else "?"
+    own = db.make_engine(f"{database_url}{sep}options=-c%20search_path%3Dpublic,pg_catalog")
     try:
-        with plain.connect() as conn:
-            assert conn.scalar(sa.text("SHOW statement_timeout")) == "0"
-        with bounded.connect() as conn:
-            assert conn.scalar(sa.text("SHOW statement_timeout")) == "2s"
+        factory = db.bounded_sessionmaker(own, 2)
+        with factory() as session:
+            assert session.scalar(sa.text("SHOW statement_timeout")) == "2s"
+            assert session.scalar(sa.text("SHOW search_path")) == "public,pg_catalog"
     finally:
-        plain.dispose()
-        bounded.dispose()
+        own.dispose()
+    # 0 is no bound.
+    assert _timeout_in(db.bounded_sessionmaker(state.engine, 0)) == "0"
+
+
+def test_the_setting_takes_0_and_at_most_what_postgresql_takes():
+    assert Settings.from_env({"ERRORTRACK_QUERY_TIMEOUT_SECONDS": "0"}).query_timeout_seconds == 0
+    top = Settings.from_env({"ERRORTRACK_QUERY_TIMEOUT_SECONDS": "2147483"})
+    assert top.query_timeout_seconds == 2_147_483
+    for bad in ("2147484", "-1", "nan", "inf", "x"):
+        with pytest.raises(SettingsError, match="ERRORTRACK_QUERY_TIMEOUT_SECONDS"):
+            Settings.from_env({"ERRORTRACK_QUERY_TIMEOUT_SECONDS": bad})
+
+
+def test_0_leaves_api_reads_unbounded(state):
+    _, timed = _served(state, 0)
+    try:
+        assert timed.api_clickhouse is timed.clickhouse
+        rows = timed.api_clickhouse.query_rows("SELECT getSetting('max_execution_time')")
+        assert rows == [(0.0,)]
+    finally:
+        timed.ingest.writer.spool.close()
