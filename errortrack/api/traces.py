@@ -52,6 +52,10 @@ class TraceSpans:
         require_project(session(req), principal(req), project_id, "read")
         args = load_query(req, SpansQuery)
         page = trace_spans(
-            self._state.api_clickhouse, project_id, parse_trace_id(trace_id), args["page"]
+            self._state.api_clickhouse,
+            project_id,
+            parse_trace_id(trace_id),
+            args["page"],
+            cursor=args["cursor"],
         )
         resp.media = page

@@ -11,9 +11,10 @@ was edited, truncated or made up is a 400 naming ``cursor``, never a 500:
 - an issue: ``[sort, key, id]``, ``key`` the sort's value of the last issue shown (a time
   in microseconds for the time sorts, the event count for ``-count``, null for the id
   sorts);
-- an event: ``["-timestamp", timestamp in microseconds, event_id as 32 hex]``.
+- an event: ``["-timestamp", timestamp in microseconds, event_id as 32 hex]``;
+- a trace's span: ``["start_timestamp", start in microseconds, span_id]``.
 
-The two shapes differ, so neither list takes the other's cursor (nor a logs cursor).
+The shapes differ, so no list takes another's cursor (nor a logs cursor).
 """
 
 from __future__ import annotations
@@ -96,9 +97,9 @@ def _encode(value: list[Any]) -> str:
     return base64.urlsafe_b64encode(orjson.dumps(value)).rstrip(b"=").decode("ascii")
 
 
-def _fields(text: Any) -> list[Any]:
+def _fields(text: Any, max_length: int = MAX_LENGTH) -> list[Any]:
     """The JSON array inside ``text``; anything else is a 400 naming ``cursor``."""
-    if not isinstance(text, str) or not text or len(text) > MAX_LENGTH:
+    if not isinstance(text, str) or not text or len(text) > max_length:
         raise ValidationError(_REFUSED, field="cursor")
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
@@ -127,6 +128,42 @@ def decode_issue(text: Any) -> IssueCursor:
     if sort in ID_SORTS and key is None:
         return IssueCursor(sort, None, issue_id)
     raise ValidationError(_REFUSED, field="cursor")
+
+
+@dataclasses.dataclass(frozen=True)
+class SpanCursor:
+    """The sort key (start_timestamp, span_id) of the last span a trace's spans page
+    showed (``errortrack.traces.story.trace_spans``)."""
+
+    start: dt.datetime  # aware, UTC
+    span_id: str  # 16 lower-case hex digits, as stored
+
+    @classmethod
+    def after_row(cls, start: dt.datetime, span_id: str) -> SpanCursor:
+        if start.tzinfo is None:
+            start = start.replace(tzinfo=dt.UTC)
+        return cls(start.astimezone(dt.UTC), span_id)
+
+    def encode(self) -> str:
+        return _encode([SPANS_ORDER, (self.start - _EPOCH) // _US, self.span_id])
+
+
+SPANS_ORDER = "start_timestamp"
+# Ingest stores a span id as sent, lower-cased (errortrack.traces.rows.span_hex): 16 hex
+# digits from every SDK, but any text from a malformed one. A cursor carries ids up to
+# this length (a walk reaching a longer one ends there with a 400), hence its own cap.
+SPAN_ID_MAX = 256
+SPAN_CURSOR_MAX_LENGTH = 4 * (SPAN_ID_MAX * 6 + 64) // 3  # every character \u-escaped
+
+
+def decode_span(text: Any) -> SpanCursor:
+    """The cursor ``SpanCursor.encode`` wrote; anything else is a 400 naming ``cursor``."""
+    order, micros, span_id = _fields(text, SPAN_CURSOR_MAX_LENGTH)
+    if order != SPANS_ORDER or not _int_in(micros, *_EVENT_US):
+        raise ValidationError(_REFUSED, field="cursor")
+    if not isinstance(span_id, str) or len(span_id) > SPAN_ID_MAX:
+        raise ValidationError(_REFUSED, field="cursor")
+    return SpanCursor(_EPOCH + micros * _US, span_id)
 
 
 def decode_event(text: Any) -> EventCursor:

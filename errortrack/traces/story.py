@@ -11,6 +11,7 @@ from typing import Any
 
 from errortrack.analytics import ClickHouse
 from errortrack.errors import NotFound
+from errortrack.issues.cursor import SpanCursor
 from errortrack.issues.read import EVENT_COLUMNS, event_item
 from errortrack.logs.query import iso_utc, stored_json, trace_logs
 from errortrack.paging import PageRequest, page_body
@@ -66,26 +67,60 @@ def trace_story(store: ClickHouse, project_id: int, trace_id: str) -> dict[str, 
 
 
 def trace_spans(
-    store: ClickHouse, project_id: int, trace_id: str, page: PageRequest
+    store: ClickHouse,
+    project_id: int,
+    trace_id: str,
+    page: PageRequest,
+    *,
+    cursor: SpanCursor | None = None,
 ) -> dict[str, Any]:
     """A trace's spans as a flat list in the tree's order (start time, then span id), each
-    span id once, without ``children``, paged: the way past the trace view's first
-    ``MAX_SPANS``. An empty page when the project holds no span of the trace."""
-    params = {"project_id": project_id, "trace_id": trace_id}
+    span id once, without ``children``, paged by number or by keyset ``cursor`` (the
+    ``next_cursor`` of the previous page: spans of a trace still arriving, with earlier
+    starts, shifted numbered pages and a walk listed some twice and others never). The
+    way past the trace view's first ``MAX_SPANS``. An empty page when the project holds
+    no span of the trace."""
+    params: dict[str, Any] = {"project_id": project_id, "trace_id": trace_id}
     found = store.query_rows(f"SELECT uniqExact(span_id) FROM spans WHERE {_WHERE}", params)
     total = int(found[0][0])
-    items: list[dict[str, Any]] = []
-    if not page.past_end(total):
+    rows: list[Any] = []
+    limit = {"limit": page.per_page + 1}
+    select = f"SELECT {SPAN_COLUMNS} FROM spans WHERE {_WHERE}"
+    order = "ORDER BY start_timestamp, span_id LIMIT 1 BY span_id"
+    if cursor is not None:
         rows = store.query_rows(
-            f"SELECT {SPAN_COLUMNS} FROM spans WHERE {_WHERE} "
-            "ORDER BY start_timestamp, span_id LIMIT 1 BY span_id "
-            "LIMIT {limit:UInt32} OFFSET {offset:UInt64}",
-            {**params, "limit": page.per_page, "offset": page.offset},
+            f"{select} AND {_SPANS_AFTER} {order} LIMIT {{limit:UInt32}}",
+            {**params, **limit, "c_start": _text_time(cursor.start), "c_id": cursor.span_id},
         )
-        items = [span_node(row) for row in rows]
-        for item in items:
-            del item["children"]
-    return page_body(items, total, page)
+    elif not page.past_end(total):
+        rows = store.query_rows(
+            f"{select} {order} LIMIT {{limit:UInt32}} OFFSET {{offset:UInt64}}",
+            {**params, **limit, "offset": page.offset},
+        )
+    shown = rows[: page.per_page]
+    items = [span_node(row) for row in shown]
+    for item in items:
+        del item["children"]
+    body = page_body(items, total, page)
+    if cursor is not None:
+        body["page"] = None
+    last = shown[-1] if len(rows) > page.per_page and shown else None
+    body["next_cursor"] = last and SpanCursor.after_row(last[_START], last[0]).encode()
+    return body
+
+
+# The spans after a cursor in the list's order, a plain range first for the table's key.
+_SPANS_AFTER = (
+    "(start_timestamp >= {c_start:DateTime64(6, 'UTC')} "
+    "AND (start_timestamp > {c_start:DateTime64(6, 'UTC')} OR span_id > {c_id:String}))"
+)
+# Where the start is in a row of SPAN_COLUMNS.
+_START = 7
+
+
+def _text_time(value: dt.datetime) -> str:
+    # As text in UTC, as the events cursor sends its time (no time zone can shift it).
+    return value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
 
 
 def span_node(row: tuple[Any, ...]) -> dict[str, Any]:

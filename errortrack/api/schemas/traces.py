@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import Schema, fields, post_load
+from marshmallow import Schema, fields, post_load, pre_load
 
-from errortrack.api.schemas.issues import EventSummaryOut
+from errortrack.api.schemas.issues import EventSummaryOut, _domain, _not_with_page
 from errortrack.api.schemas.logs import LogOut, LogsQuery
 from errortrack.api.schemas.paging import PageQuery, page_of, page_request
+from errortrack.issues import cursor
 
 _TIME = {"format": "date-time"}
 
@@ -46,7 +47,7 @@ class SpanOut(FlatSpanOut):
     children = fields.List(fields.Nested(lambda: SpanOut()), required=True)
 
 
-SpanPageOut = page_of(FlatSpanOut)
+SpanPageOut = page_of(FlatSpanOut, cursors=True)
 
 
 class TruncatedOut(Schema):
@@ -81,9 +82,27 @@ class TraceOut(Schema):
     )
 
 
+class SpanCursorText(fields.Str):
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
+        return _domain(cursor.decode_span, super()._deserialize(value, attr, data, **kwargs))
+
+
 class SpansQuery(PageQuery):
-    """page and per_page only."""
+    cursor = SpanCursorText(
+        metadata={
+            "maxLength": cursor.SPAN_CURSOR_MAX_LENGTH,
+            "description": "Continue a walk: the next_cursor of the previous page, as it "
+            "came (opaque). Gives the per_page spans after that page's last one (start "
+            "time, then span id): every span stored before the walk began is seen exactly "
+            "once, whatever arrives meanwhile. Not with page.",
+        }
+    )
+
+    @pre_load
+    def _one_way_to_page(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        _not_with_page(data)
+        return data
 
     @post_load
     def _split(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        return {"page": page_request(data)}
+        return {"cursor": data.pop("cursor", None), "page": page_request(data)}
