@@ -317,13 +317,11 @@ def test_usage_leaves_out_events_removed_by_an_issue_delete(clickhouse, sessions
     assert projects[project_id]["newest"] == (now - H).replace(tzinfo=None)
 
 
-def test_a_project_cleanup_deletes_only_in_the_partitions_holding_its_old_rows(
-    clickhouse, sessions, now
-):
-    """Its DELETE named no partition, so the mutation read every part of every day, today's
-    included, for rows that can only be in older days (soak review, twenty-first session;
-    a partition named spares the others' reads, bench/retention.py). Each DELETE now
-    names one partition holding such rows."""
+def test_a_project_cleanup_is_one_delete_per_table(clickhouse, sessions, now):
+    """One lightweight DELETE per table holding the project's old rows, naming no
+    partition: one per partition holding them (tried in the twenty-first session) made a
+    project's cleanup 9-30x slower, a DELETE's time growing with the table's parts
+    whatever partition it names (review, twenty-first session)."""
     for project_id in (1, 2):
         rows.add_all(clickhouse, project_id, [now - 3 * D, now - 2 * D, now - H, now])
     rows.add_all(clickhouse, 2, [now - 5 * D])  # a day only the other project has
@@ -341,13 +339,8 @@ def test_a_project_cleanup_deletes_only_in_the_partitions_holding_its_old_rows(
     with db.unit_of_work(sessions) as s:
         result = cleanup.cleanup(s, clickhouse, older_than_days=1, now=now, project_id=1)
     assert result.removed == {"logs": 2, "events": 2, "spans": 2}
-    days = [f"{(now - n * D):%Y%m%d}-90" for n in (3, 2)]
-    named = [
-        (table, f"IN PARTITION ID '{day}'") for table in ("events", "logs", "spans") for day in days
-    ]
-    found = sorted(deletes() - earlier, key=lambda m: (m[0], m[1].split(" ", 1)[1]))
-    assert len(found) == len(named), found
-    for (table, command), (want_table, scope) in zip(found, named, strict=True):
-        assert table == want_table and scope in command, (table, command)
+    found = sorted(deletes() - earlier)
+    assert [table for table, _ in found] == ["events", "logs", "spans"], found
+    assert all("IN PARTITION" not in command for _, command in found), found
     assert rows.counts(clickhouse, "project_id = 1") == {"logs": 2, "events": 2, "spans": 2}
     assert rows.counts(clickhouse, "project_id = 2") == {"logs": 5, "events": 5, "spans": 5}
