@@ -19,7 +19,7 @@ from errortrack import db
 from errortrack.analytics import ClickHouse
 from errortrack.errors import NotFound, ValidationError
 from errortrack.issues.cursor import EventCursor, IssueCursor
-from errortrack.logs.query import iso_utc, stored_json
+from errortrack.logs.query import ch_time, iso_utc, stored_json
 from errortrack.models import ISSUE_STATUSES, Issue
 from errortrack.paging import PageRequest, page_body, parse_choices
 
@@ -431,7 +431,7 @@ def _events_page(
         rows = store.query_rows(
             f"SELECT {EVENT_COLUMNS}, payload FROM events WHERE {where} AND {_EVENTS_AFTER} "
             f"ORDER BY {_NEWEST_FIRST} LIMIT {{limit:UInt32}}",
-            {**params, **limit, "c_time": _event_time(cursor), "c_id": str(cursor.event_id)},
+            {**params, **limit, "c_time": ch_time(cursor.timestamp), "c_id": str(cursor.event_id)},
         )
     elif not page.past_end(total):
         rows = store.query_rows(
@@ -446,12 +446,6 @@ def _events_page(
     last = shown[-1] if len(rows) > page.per_page and shown else None
     body["next_cursor"] = last and EventCursor.after_row(last[_TIMESTAMP], last[_ID]).encode()
     return body
-
-
-def _event_time(cursor: EventCursor) -> str:
-    # As text in UTC (no client or session time zone can shift it), as logs send theirs;
-    # a cursor's time is within DateTime64's range (errortrack.issues.cursor).
-    return cursor.timestamp.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
 
 
 def project_event(store: ClickHouse, project_id: int, event_id: str) -> dict[str, Any]:

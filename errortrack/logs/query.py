@@ -60,10 +60,10 @@ def where_clause(
         params["text"] = "%" + f.text.translate(_ASCII_LOWER).translate(_LIKE_SPECIALS) + "%"
     if f.start:
         clauses.append("timestamp >= {start:DateTime64(6, 'UTC')}")
-        params["start"] = _ch_time(f.start)
+        params["start"] = ch_time(f.start)
     if f.end:
         clauses.append("timestamp < {end:DateTime64(6, 'UTC')}")
-        params["end"] = _ch_time(f.end)
+        params["end"] = ch_time(f.end)
     for i, attr in enumerate(f.attributes):
         clauses.append(attributes.clause(attr, f"a{i}", params, absent))
     return " AND ".join(clauses), params
@@ -226,7 +226,7 @@ def _tied_page(
         f"ORDER BY {ORDER_BY[sort]} LIMIT {{limit:UInt32}} OFFSET {{skip:UInt64}}",
         {
             **params,
-            "times": [_ch_time(t) for t in dict.fromkeys(times)],
+            "times": [ch_time(t) for t in dict.fromkeys(times)],
             "limit": len(times),
             # Never below 0, even if rows were deleted between the two queries.
             "skip": max(skip, 0),
@@ -237,14 +237,14 @@ def _tied_page(
 def _count_where(store: ClickHouse, where: str, params: dict[str, Any], first: Any) -> int:
     return int(
         store.query_rows(
-            f"SELECT count() FROM logs WHERE {where}", {**params, "first": _ch_time(first)}
+            f"SELECT count() FROM logs WHERE {where}", {**params, "first": ch_time(first)}
         )[0][0]
     )
 
 
 def _after(cursor: Cursor) -> tuple[str, dict[str, Any]]:
     """The rows after ``cursor`` in its sort (``ORDER_BY``), as a WHERE term."""
-    params: dict[str, Any] = {"c_time": _ch_time(cursor.timestamp), "c_id": str(cursor.id)}
+    params: dict[str, Any] = {"c_time": ch_time(cursor.timestamp), "c_id": str(cursor.id)}
     at, log_id = f"{{c_time:{_TIME}}}", "{c_id:UUID}"
     if cursor.sort == "timestamp":
         # Spelled with a plain range first, which the primary key narrows.
@@ -338,7 +338,7 @@ _TIME_MIN = dt.datetime(1900, 1, 1, tzinfo=dt.UTC)
 _TIME_MAX = dt.datetime(2299, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC)
 
 
-def _ch_time(value: dt.datetime) -> str:
+def ch_time(value: dt.datetime) -> str:
     # Sent as text in UTC so that no client or session time zone can shift it; isoformat
     # writes a four-digit year (strftime's %Y writes "1" for year 1, which ClickHouse
     # refused: a 500 until the seventeenth session).

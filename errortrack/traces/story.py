@@ -13,7 +13,7 @@ from errortrack.analytics import ClickHouse
 from errortrack.errors import NotFound
 from errortrack.issues.cursor import SpanCursor
 from errortrack.issues.read import EVENT_COLUMNS, event_item
-from errortrack.logs.query import iso_utc, stored_json, trace_logs
+from errortrack.logs.query import ch_time, iso_utc, stored_json, trace_logs
 from errortrack.paging import PageRequest, page_body
 
 MAX_SPANS = 10_000
@@ -90,7 +90,7 @@ def trace_spans(
     if cursor is not None:
         rows = store.query_rows(
             f"{select} AND {_SPANS_AFTER} {order} LIMIT {{limit:UInt32}}",
-            {**params, **limit, "c_start": _text_time(cursor.start), "c_id": cursor.span_id},
+            {**params, **limit, "c_start": ch_time(cursor.start), "c_id": cursor.span_id},
         )
     elif not page.past_end(total):
         rows = store.query_rows(
@@ -116,11 +116,6 @@ _SPANS_AFTER = (
 )
 # Where the start is in a row of SPAN_COLUMNS.
 _START = 7
-
-
-def _text_time(value: dt.datetime) -> str:
-    # As text in UTC, as the events cursor sends its time (no time zone can shift it).
-    return value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
 
 
 def span_node(row: tuple[Any, ...]) -> dict[str, Any]:

@@ -8,7 +8,13 @@ from marshmallow import Schema, fields, post_load, pre_load, validate
 from marshmallow import ValidationError as SchemaError
 
 from errortrack.api.schemas.logs import TRACE_ID_PATTERN, TraceId
-from errortrack.api.schemas.paging import PageQuery, page_of, page_request
+from errortrack.api.schemas.paging import (
+    CursorText,
+    PageQuery,
+    page_of,
+    page_request,
+    refuse_page_with_cursor,
+)
 from errortrack.errors import ValidationError
 from errortrack.issues import cursor
 from errortrack.issues.read import (
@@ -99,25 +105,11 @@ def _release() -> Values:
     )
 
 
-class IssueCursorText(fields.Str):
-    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
-        return _domain(cursor.decode_issue, super()._deserialize(value, attr, data, **kwargs))
-
-
-class EventCursorText(fields.Str):
-    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
-        return _domain(cursor.decode_event, super()._deserialize(value, attr, data, **kwargs))
-
-
-def _not_with_page(data: dict[str, Any]) -> None:
-    if "cursor" in data and "page" in data:
-        raise SchemaError("give either page or cursor, not both", field_name="cursor")
-
-
 class _EventCursor(Schema):
     """``cursor`` on the events lists (``errortrack.issues.cursor``)."""
 
-    cursor = EventCursorText(
+    cursor = CursorText(
+        cursor.decode_event,
         metadata={
             # Checked by cursor.decode_event (a Length validator would see the decoded one).
             "maxLength": cursor.MAX_LENGTH,
@@ -126,12 +118,12 @@ class _EventCursor(Schema):
             "(newest first, ties by event_id): every event stored before the walk began "
             "and still stored is seen exactly once, whatever arrives or goes meanwhile. "
             "Not with page.",
-        }
+        },
     )
 
     @pre_load
     def _one_way_to_page(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        _not_with_page(data)
+        refuse_page_with_cursor(data)
         return data
 
 
@@ -188,14 +180,15 @@ class IssuesQuery(PageQuery):
             "may be seen twice or not at all."
         },
     )
-    cursor = IssueCursorText(
+    cursor = CursorText(
+        cursor.decode_issue,
         metadata={
             "maxLength": cursor.MAX_LENGTH,
             "description": "Continue a walk: the next_cursor of the previous page, as it "
             "came (opaque). Gives the per_page issues after that page's last one in its "
             "sort, unaffected by issues added, changed or deleted before that point. Not "
             "with page; sort defaults to the cursor's own.",
-        }
+        },
     )
 
     @pre_load
@@ -203,7 +196,7 @@ class IssuesQuery(PageQuery):
         """A cursor without ``sort`` continues in its own sort (a client following
         next_cursor need not repeat it); with a different ``sort`` it is a 400
         (``read.list_issues``)."""
-        _not_with_page(data)
+        refuse_page_with_cursor(data)
         text = data.get("cursor")
         if "sort" in data or not isinstance(text, str):
             return data

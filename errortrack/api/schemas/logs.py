@@ -7,7 +7,13 @@ from typing import Any
 from marshmallow import Schema, fields, post_load, pre_load, validate
 from marshmallow import ValidationError as SchemaError
 
-from errortrack.api.schemas.paging import PageQuery, page_of, page_request
+from errortrack.api.schemas.paging import (
+    CursorText,
+    PageQuery,
+    page_of,
+    page_request,
+    refuse_page_with_cursor,
+)
 from errortrack.errors import ValidationError
 from errortrack.logs import cursor, filters
 from errortrack.logs.filters import LogFilter
@@ -75,11 +81,6 @@ class IsoTime(fields.DateTime):
         return _domain(filters.parse_time, value, attr)
 
 
-class CursorText(fields.Str):
-    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
-        return _domain(cursor.decode, super()._deserialize(value, attr, data, **kwargs))
-
-
 class LogsQuery(PageQuery):
     level = Levels(
         metadata={
@@ -106,6 +107,7 @@ class LogsQuery(PageQuery):
         metadata={"description": "Newest first by default; severity sorts by severity_number."},
     )
     cursor = CursorText(
+        cursor.decode,
         metadata={
             # Checked by cursor.decode (a Length validator would see the decoded cursor).
             "maxLength": cursor.MAX_LENGTH,
@@ -132,8 +134,7 @@ class LogsQuery(PageQuery):
     def _gather_attributes(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
         """Fold the ``attr[<name>]`` parameters into one ``attr`` mapping of value lists."""
         data = dict(data)
-        if "cursor" in data and "page" in data:
-            raise SchemaError("give either page or cursor, not both", field_name="cursor")
+        refuse_page_with_cursor(data)
         found = [(key, data.pop(key)) for key in list(data) if filters.attr_filter_name(key)]
         if found:
             data["attr"] = dict(found)

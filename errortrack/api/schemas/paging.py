@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from marshmallow import Schema, fields, validate
+from marshmallow import ValidationError as SchemaError
 
+from errortrack.errors import ValidationError
 from errortrack.paging import DEFAULT_PER_PAGE, MAX_PAGE, MAX_PER_PAGE, PageRequest
 
 # A decimal integer spelled one way: ASCII digits, no leading zero, a minus at most (the
@@ -24,6 +27,27 @@ class QueryInt(fields.Int):
         if not isinstance(value, str) or _DECIMAL.fullmatch(value) is None:
             raise self.make_error("invalid")
         return super()._deserialize(value, attr, data, **kwargs)
+
+
+class CursorText(fields.Str):
+    """An opaque keyset cursor, read by ``decode`` (``errortrack.logs.cursor``,
+    ``errortrack.issues.cursor``): one it refuses is a 400 naming ``cursor``."""
+
+    def __init__(self, decode: Callable[[str], Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._decode = decode
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        try:
+            return self._decode(super()._deserialize(value, attr, data, **kwargs))
+        except ValidationError as exc:
+            raise SchemaError(exc.message) from None
+
+
+def refuse_page_with_cursor(data: Mapping[str, Any]) -> None:
+    """A list is walked by page or by cursor: both at once is a 400 naming ``cursor``."""
+    if "cursor" in data and "page" in data:
+        raise SchemaError("give either page or cursor, not both", field_name="cursor")
 
 
 class PageQuery(Schema):

@@ -6,9 +6,15 @@ from typing import Any
 
 from marshmallow import Schema, fields, post_load, pre_load
 
-from errortrack.api.schemas.issues import EventSummaryOut, _domain, _not_with_page
+from errortrack.api.schemas.issues import EventSummaryOut
 from errortrack.api.schemas.logs import LogOut, LogsQuery
-from errortrack.api.schemas.paging import PageQuery, page_of, page_request
+from errortrack.api.schemas.paging import (
+    CursorText,
+    PageQuery,
+    page_of,
+    page_request,
+    refuse_page_with_cursor,
+)
 from errortrack.issues import cursor
 
 _TIME = {"format": "date-time"}
@@ -82,25 +88,21 @@ class TraceOut(Schema):
     )
 
 
-class SpanCursorText(fields.Str):
-    def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
-        return _domain(cursor.decode_span, super()._deserialize(value, attr, data, **kwargs))
-
-
 class SpansQuery(PageQuery):
-    cursor = SpanCursorText(
+    cursor = CursorText(
+        cursor.decode_span,
         metadata={
             "maxLength": cursor.SPAN_CURSOR_MAX_LENGTH,
             "description": "Continue a walk: the next_cursor of the previous page, as it "
             "came (opaque). Gives the per_page spans after that page's last one (start "
             "time, then span id): every span stored before the walk began is seen exactly "
             "once, whatever arrives meanwhile. Not with page.",
-        }
+        },
     )
 
     @pre_load
     def _one_way_to_page(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        _not_with_page(data)
+        refuse_page_with_cursor(data)
         return data
 
     @post_load
