@@ -123,6 +123,7 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
 
     # Management API: logs (read-only), issues, traces (docs/API.md).
     app.add_route("/api/projects/{project_id:int}/logs", logs_api.ProjectLogs(state))
+    app.add_route("/api/projects/{project_id:int}/logs/tail", logs_api.ProjectLogsTail(state))
     issue = "/api/projects/{project_id:int}/issues/{issue_id:int}"
     app.add_route("/api/projects/{project_id:int}/issues", issues_api.ProjectIssues(state))
     app.add_route(issue, issues_api.IssueItem(state))

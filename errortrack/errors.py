@@ -62,6 +62,13 @@ class Gone(ErrortrackError):
     code = "gone"
 
 
+class NotSupported(ErrortrackError):
+    """What this deployment cannot do (following logs on a ClickHouse cluster)."""
+
+    status = 501
+    code = "not_supported"
+
+
 class PayloadTooLarge(ErrortrackError):
     status = 413
     code = "payload_too_large"

@@ -340,6 +340,11 @@ ROWS: list[Row] = [
         lambda w, c: ("GET", f"/api/projects/{w.project_id}/logs?level=error,fatal", None),
     ),
     Row(
+        f"GET {P}/logs/tail",
+        "401 401 200 200 404 200 200 200",
+        lambda w, c: ("GET", f"/api/projects/{w.project_id}/logs/tail?level=error", None),
+    ),
+    Row(
         f"GET {P}/issues",
         "401 401 200 200 404 200 200 200",
         lambda w, c: ("GET", f"/api/projects/{w.project_id}/issues", None),

@@ -1,4 +1,4 @@
-"""Logs over HTTP: read-only, one list per project."""
+"""Logs over HTTP: read-only, a list per project and a tail to follow it."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from errortrack.api.auth import principal
 from errortrack.api.middleware import session
 from errortrack.api.params import load_query
 from errortrack.api.schemas import api_doc
-from errortrack.api.schemas.logs import LogPageOut, LogsQuery
+from errortrack.api.schemas.logs import LogPageOut, LogsQuery, LogsTailQuery, LogTailOut
 from errortrack.auth.permissions import require_project
 from errortrack.logs.query import list_logs
+from errortrack.logs.tail import tail_logs
 from errortrack.state import AppState
 
 
@@ -35,5 +36,27 @@ class ProjectLogs:
             project_id,
             args["filter"],
             args["page"],
+            cursor=args["cursor"],
+        )
+
+
+class ProjectLogsTail:
+    def __init__(self, state: AppState) -> None:
+        self._state = state
+
+    @api_doc(
+        "Follow a project's logs in the order they are stored",
+        query=LogsTailQuery,
+        response=LogTailOut,
+        tags=("logs",),
+    )
+    def on_get(self, req: falcon.Request, resp: falcon.Response, project_id: int) -> None:
+        require_project(session(req), principal(req), project_id, "read")
+        args = load_query(req, LogsTailQuery)
+        resp.media = tail_logs(
+            self._state.api_clickhouse,
+            project_id,
+            args["filter"],
+            args["per_page"],
             cursor=args["cursor"],
         )

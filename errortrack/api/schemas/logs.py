@@ -15,7 +15,7 @@ from errortrack.api.schemas.paging import (
     refuse_page_with_cursor,
 )
 from errortrack.errors import ValidationError
-from errortrack.logs import cursor, filters
+from errortrack.logs import cursor, filters, tail
 from errortrack.logs.filters import LogFilter
 
 
@@ -81,7 +81,9 @@ class IsoTime(fields.DateTime):
         return _domain(filters.parse_time, value, attr)
 
 
-class LogsQuery(PageQuery):
+class _LogFilterQuery(Schema):
+    """The filters the logs list and the tail share (``LogFilter``)."""
+
     level = Levels(
         metadata={
             "description": "Only these levels (by severity number). Repeat the parameter or "
@@ -101,22 +103,6 @@ class LogsQuery(PageQuery):
     )
     start = IsoTime(metadata={"description": "Logs at or after this time (ISO 8601)."})
     end = IsoTime(metadata={"description": "Logs before this time (ISO 8601)."})
-    sort = fields.Str(
-        load_default="-timestamp",
-        validate=validate.OneOf(filters.SORTS),
-        metadata={"description": "Newest first by default; severity sorts by severity_number."},
-    )
-    cursor = CursorText(
-        cursor.decode,
-        metadata={
-            # Checked by cursor.decode (a Length validator would see the decoded cursor).
-            "maxLength": cursor.MAX_LENGTH,
-            "description": "Continue a walk: the next_cursor of the previous page, as it "
-            "came (opaque). Gives the per_page logs after that page's last one, unaffected "
-            "by logs arriving, expiring or merging meanwhile. Not with page; sort defaults "
-            "to the cursor's own.",
-        },
-    )
     attr = fields.Dict(
         keys=fields.Str(),
         values=Values(),
@@ -134,10 +120,46 @@ class LogsQuery(PageQuery):
     def _gather_attributes(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
         """Fold the ``attr[<name>]`` parameters into one ``attr`` mapping of value lists."""
         data = dict(data)
-        refuse_page_with_cursor(data)
         found = [(key, data.pop(key)) for key in list(data) if filters.attr_filter_name(key)]
         if found:
             data["attr"] = dict(found)
+        return data
+
+    @staticmethod
+    def _filter(data: dict[str, Any], sort: str = "-timestamp") -> LogFilter:
+        """Pop the filter parameters from loaded data."""
+        return LogFilter(
+            levels=tuple(data.pop("level", ())),
+            trace_id=data.pop("trace_id", None),
+            text=data.pop("q", None),
+            start=data.pop("start", None),
+            end=data.pop("end", None),
+            attributes=filters.parse_attr_filters(data.pop("attr", {}).items()),
+            sort=sort,
+        )
+
+
+class LogsQuery(PageQuery, _LogFilterQuery):
+    sort = fields.Str(
+        load_default="-timestamp",
+        validate=validate.OneOf(filters.SORTS),
+        metadata={"description": "Newest first by default; severity sorts by severity_number."},
+    )
+    cursor = CursorText(
+        cursor.decode,
+        metadata={
+            # Checked by cursor.decode (a Length validator would see the decoded cursor).
+            "maxLength": cursor.MAX_LENGTH,
+            "description": "Continue a walk: the next_cursor of the previous page, as it "
+            "came (opaque). Gives the per_page logs after that page's last one, unaffected "
+            "by logs arriving, expiring or merging meanwhile. Not with page; sort defaults "
+            "to the cursor's own.",
+        },
+    )
+
+    @pre_load
+    def _one_walk(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        refuse_page_with_cursor(data)
         return data
 
     @pre_load
@@ -154,18 +176,30 @@ class LogsQuery(PageQuery):
 
     @post_load
     def _to_filter(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        attrs = filters.parse_attr_filters(data.pop("attr", {}).items())
         after = data.pop("cursor", None)
-        log_filter = LogFilter(
-            levels=tuple(data.pop("level", ())),
-            trace_id=data.pop("trace_id", None),
-            text=data.pop("q", None),
-            start=data.pop("start", None),
-            end=data.pop("end", None),
-            attributes=attrs,
-            sort=data.pop("sort"),
-        )
+        log_filter = self._filter(data, data.pop("sort"))
         return {"filter": log_filter, "page": page_request(data), "cursor": after}
+
+
+class LogsTailQuery(_LogFilterQuery):
+    per_page = PageQuery._declared_fields["per_page"]
+    cursor = CursorText(
+        tail.decode,
+        metadata={
+            "maxLength": tail.MAX_LENGTH,
+            "description": "Go on following: the next_cursor of the previous answer, as it "
+            "came (opaque). Gives the logs stored after it, oldest stored first. Without "
+            "it: the per_page logs stored last.",
+        },
+    )
+
+    @post_load
+    def _to_filter(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        return {
+            "filter": self._filter(data),
+            "per_page": data.pop("per_page"),
+            "cursor": data.pop("cursor", None),
+        }
 
 
 class LogOut(Schema):
@@ -197,3 +231,25 @@ class LogOut(Schema):
 
 
 LogPageOut = page_of(LogOut, cursors=True)
+
+
+class LogTailOut(Schema):
+    items = fields.List(
+        fields.Nested(LogOut),
+        required=True,
+        metadata={"description": "Oldest stored first"},
+    )
+    next_cursor = fields.Str(
+        required=True,
+        metadata={
+            "description": "Pass as cursor to get the logs stored after these; never null "
+            "(poll it to follow)."
+        },
+    )
+    more = fields.Bool(
+        required=True,
+        metadata={
+            "description": "True when logs already stored follow this page: ask again at "
+            "once. False: everything stored so far has been given; poll after a pause."
+        },
+    )

@@ -1,0 +1,12 @@
+-- Every log keeps the number of the insert that stored it and its place in that insert
+-- (_block_number, _block_offset), through merges and mutations, so that GET
+-- /api/projects/{id}/logs/tail can follow a project's logs in the order they became
+-- readable (errortrack.logs.tail). On one node a MergeTree numbers its inserts from one
+-- counter as it commits them, under the lock that makes them visible, so a later
+-- readable row always has a larger number: a follower's cursor (number, offset) misses
+-- nothing and repeats nothing, whatever the rows' own times. ingested_at cannot serve:
+-- it is stamped when the request arrives, and rows wait in the spool (seconds under load,
+-- as long as ClickHouse is down) before they become readable, out of that order.
+-- Parts merged before this migration keep their first block's number for all their
+-- rows; only logs stored afterwards are followed.
+ALTER TABLE logs MODIFY SETTING enable_block_number_column = 1, enable_block_offset_column = 1;

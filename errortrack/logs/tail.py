@@ -1,0 +1,182 @@
+"""Following a project's logs as they are stored (``GET /api/projects/{id}/logs/tail``).
+
+A follower wants every log once, in the order logs become readable, whatever their own
+times say. Neither time serves: ``timestamp`` is the SDK's (a log sent late sorts
+before where the follower is) and ``ingested_at`` is stamped when the request arrives,
+while rows wait in the spool (seconds under load, as long as ClickHouse is down) and
+reach the table in batches. The table itself keeps the order (clickhouse/0016): every
+row holds the number of the insert that stored it and its place in that insert
+(``_block_number``, ``_block_offset``). On one node a MergeTree takes those numbers from
+one counter when it commits an insert, under the lock that makes the insert readable,
+so every row readable later has a larger number than every row readable now. A cursor
+is such a position: the rows after it are exactly those the follower has not seen.
+
+Each read first takes the table's highest committed block number (``system.parts``) and
+then reads only up to it: a row committed between the two reads is left for the next
+poll, where the cursor, moved to that number, finds it. Without the bound, such a row
+could be committed below a number already returned on the page and be skipped.
+
+A cluster numbers each shard's inserts, per partition, on its own: no single order
+exists there, so following is refused on a cluster (501).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+from typing import Any
+
+import orjson
+
+from errortrack.analytics import ClickHouse
+from errortrack.errors import NotSupported, ValidationError
+from errortrack.logs import attributes
+from errortrack.logs.filters import LogFilter
+from errortrack.logs.query import COLUMNS, log_item, where_clause
+
+# Far longer than any cursor this module writes (~60 characters).
+MAX_LENGTH = 120
+_KIND = "tail"
+_U64 = 2**64 - 1
+_REFUSED = "cursor is not a tail cursor this server gave out (pass next_cursor as it came)"
+# The first page looks for the newest rows among the last this many inserts before it
+# reads the project's whole history: parts holding only older inserts are skipped
+# without being opened (a poll costs ~10 ms whatever the project's size, bench/RESULTS.md).
+_RECENT_BLOCKS = 64
+# Parts holding no insert numbered ``low`` or later: never opened. A part's name is
+# <partition id>_<min block>_<max block>_<level>[_<mutation>], and the logs table's
+# partition ids ("20261125-30", clickhouse/0001) hold no "_"; ClickHouse filters parts
+# on _part before it reads them. The filter also stays on every row: splitByChar runs
+# once per distinct part name there, mergeTreePartInfo(_part) ran per row (3.5x the whole
+# read when no part was skipped), and a second term for the parts' lower end made every
+# read that skipped nothing 2x slower for the few parts it could skip (bench/RESULTS.md,
+# twenty-second session).
+_PART_BLOCK = "toUInt64(splitByChar('_', _part)[{}])"
+_PARTS = f"{_PART_BLOCK.format(3)} >= {{low:UInt64}}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TailCursor:
+    """After the row at (block, offset); ``offset`` None: after the whole block."""
+
+    block: int
+    offset: int | None = None
+
+    def encode(self) -> str:
+        raw = orjson.dumps([_KIND, self.block, self.offset])
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def decode(text: str) -> TailCursor:
+    """The cursor ``encode`` wrote; anything else (a logs list cursor too) is a 400."""
+    if not text or len(text) > MAX_LENGTH:
+        raise ValidationError(_REFUSED, field="cursor")
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        kind, block, offset = orjson.loads(raw)
+    except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError):
+        raise ValidationError(_REFUSED, field="cursor") from None
+    # bool is an int to Python: True must not pass for a number.
+    if (
+        kind != _KIND
+        or type(block) is not int
+        or not 0 <= block <= _U64
+        or not (offset is None or (type(offset) is int and 0 <= offset <= _U64))
+    ):
+        raise ValidationError(_REFUSED, field="cursor")
+    return TailCursor(block, offset)
+
+
+def tail_logs(
+    store: ClickHouse,
+    project_id: int,
+    f: LogFilter,
+    limit: int,
+    *,
+    cursor: TailCursor | None = None,
+) -> dict[str, Any]:
+    """``{items, next_cursor, more}``: without ``cursor`` the ``limit`` matching logs
+    stored last, with it the first ``limit`` stored after it; oldest stored first either
+    way. ``next_cursor`` is never null: the walk has no end, a follower polls it.
+    ``more``: matching logs already stored follow this page (poll again at once)."""
+    if store.cluster:
+        raise NotSupported(
+            "following logs needs a single ClickHouse node: a cluster numbers each "
+            "shard's inserts on its own (docs/API.md, Logs)"
+        )
+    high = _committed(store)
+    where, params = where_clause(project_id, f, absent=attributes.absent_maps(store, project_id, f))
+    params = {**params, "high": high}
+    if cursor is None:
+        # Everything committed up to ``high`` is behind the follower now, shown or not.
+        return _body(_last(store, where, params, high, limit), TailCursor(high), more=False)
+    if cursor.block > high or (cursor.block == high and cursor.offset is None):
+        # Nothing committed after it. ``high`` can also fall below a cursor: the parts
+        # holding the last inserts vanish once every row in them is deleted (a project's
+        # logs) or expired; the cursor stays, as the next insert is numbered above it.
+        return _body([], cursor, more=False)
+    after = "_block_number > {c_block:UInt64}"
+    if cursor.offset is not None:
+        after = (
+            f"(_block_number >= {{c_block:UInt64}} AND ({after} "
+            "OR _block_offset > {c_offset:UInt64}))"
+        )
+    rows = store.query_rows(
+        f"SELECT {COLUMNS}, _block_number, _block_offset FROM logs "
+        f"WHERE {_PARTS} AND {where} AND {after} AND _block_number <= {{high:UInt64}} "
+        "ORDER BY _block_number, _block_offset LIMIT {limit:UInt32}",
+        {
+            **params,
+            "low": cursor.block,
+            "c_block": cursor.block,
+            "c_offset": cursor.offset,
+            "limit": limit + 1,
+        },
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    # A page that is not full has read everything up to ``high``: the next poll starts
+    # there, so a filter that matches nothing does not leave the cursor (and the parts
+    # it opens) ever further behind.
+    return _body(rows, cursor_after(rows[-1]) if more else TailCursor(high), more=more)
+
+
+def cursor_after(row: tuple[Any, ...]) -> TailCursor:
+    return TailCursor(int(row[-2]), int(row[-1]))
+
+
+def _committed(store: ClickHouse) -> int:
+    """The highest block number of the logs table's readable parts: every insert
+    committed later gets a higher one (0 for a table that never held a row)."""
+    rows = store.query_rows(
+        "SELECT max(max_block_number) FROM system.parts "
+        "WHERE database = currentDatabase() AND table = 'logs' AND active"
+    )
+    return int(rows[0][0] or 0) if rows else 0
+
+
+def _last(
+    store: ClickHouse, where: str, params: dict[str, Any], high: int, limit: int
+) -> list[Any]:
+    """The ``limit`` rows stored last (up to ``high``), oldest first. Read among the last
+    ``_RECENT_BLOCKS`` inserts first: when those hold ``limit`` matching rows they hold
+    the newest ``limit`` of all; otherwise the whole history is read."""
+    sql = (
+        f"SELECT {COLUMNS}, _block_number, _block_offset FROM logs "
+        f"WHERE {_PARTS} AND {where} AND _block_number BETWEEN {{low:UInt64}} AND {{high:UInt64}} "
+        "ORDER BY _block_number DESC, _block_offset DESC LIMIT {limit:UInt32}"
+    )
+    recent = max(high - _RECENT_BLOCKS, 0)
+    rows = store.query_rows(sql, {**params, "low": recent, "limit": limit})
+    if len(rows) < limit and recent > 0:
+        rows = store.query_rows(sql, {**params, "low": 0, "limit": limit})
+    return rows[::-1]
+
+
+def _body(rows: list[Any], after: TailCursor, *, more: bool) -> dict[str, Any]:
+    return {
+        "items": [log_item(row[:-2]) for row in rows],
+        "next_cursor": after.encode(),
+        "more": more,
+    }
