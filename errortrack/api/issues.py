@@ -16,6 +16,7 @@ from errortrack.api.schemas.issues import (
     ChangedIssueOut,
     EventOut,
     EventPageOut,
+    EventPath,
     EventQuery,
     EventsQuery,
     EventSummaryOut,
@@ -99,6 +100,7 @@ class IssueEvent:
     @api_doc(
         "One event of an issue, with its payload; event_id: 32 hex digits or a UUID",
         query=EventQuery,
+        path=EventPath,
         response=EventOut,
         tags=_TAGS,
     )
@@ -226,6 +228,7 @@ class ProjectEvent:
         "One event of the project by its id, whatever its issue, with its payload; "
         "event_id: 32 hex digits or a UUID",
         query=EventQuery,
+        path=EventPath,
         response=EventOut,
         tags=_TAGS,
     )

@@ -77,7 +77,9 @@ def parse_levels(raw: Iterable[str]) -> tuple[str, ...]:
 def parse_trace_id(raw: str) -> str:
     value = raw.strip().lower().replace("-", "")
     if not _HEX32.match(value):
-        raise ValidationError("trace_id must be 32 hexadecimal characters", field="trace_id")
+        raise ValidationError(
+            "trace_id must be 32 hexadecimal characters or a UUID", field="trace_id"
+        )
     return value
 
 

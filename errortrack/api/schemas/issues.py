@@ -146,7 +146,8 @@ class IssuesQuery(PageQuery):
     level = Levels(
         metadata={
             "description": "Only issues at these levels (the level of their newest event; "
-            "repeat or comma-separate: level=error,fatal). warn is taken as warning."
+            "repeat or comma-separate: level=error,fatal). Any case; warn is taken as warning, "
+            "critical as fatal, log as info."
         }
     )
     q = Text(
@@ -255,6 +256,20 @@ class LatestEventQuery(_EventFilters):
 
 class EventQuery(Schema):
     """No parameters: an unknown one is a 400, as on every route with a query schema."""
+
+
+class EventPath(Schema):
+    """The path's ``{event_id}`` as the document states it (``ApiDoc.path``), as
+    ``read.parse_event_id`` reads it (a 400 otherwise); it was a bare string."""
+
+    event_id = fields.Str(
+        required=True,
+        metadata={
+            "description": "32 hex digits, any case, or a UUID with dashes.",
+            # The same shape as a trace id.
+            "pattern": TRACE_ID_PATTERN,
+        },
+    )
 
 
 class ChangedIssueOut(Schema):

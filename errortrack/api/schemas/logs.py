@@ -87,7 +87,8 @@ class _LogFilterQuery(Schema):
     level = Levels(
         metadata={
             "description": "Only these levels (by severity number). Repeat the parameter or "
-            "separate with commas: level=error&level=fatal or level=error,fatal."
+            "separate with commas: level=error&level=fatal or level=error,fatal. Any case; "
+            "warning is taken as warn."
         }
     )
     trace_id = TraceId(
@@ -113,6 +114,7 @@ class _LogFilterQuery(Schema):
             # An empty example: otherwise Swagger UI's "Try it out" pre-fills
             # attr[additionalProp1]=string, a filter that matches nothing.
             "param": {"style": "deepObject", "explode": True, "example": {}},
+            "maxProperties": filters.MAX_ATTR_FILTERS,
         },
     )
 
