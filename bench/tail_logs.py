@@ -9,8 +9,9 @@
 2. For each case, alternates an API call (the real Falcon app in this process, bearer
    token, permission check on SQLite, JSON) and the raw query for the same answer,
    each ``--runs`` times, on a random project (weighted by size):
-   - a poll that finds nothing new: the cursor at the last stored insert;
-   - a poll 20 inserts behind: the next page of 50;
+   - a poll that finds nothing new: the cursor at the last stored insert (the API then
+     reads only the bound);
+   - a poll 1 insert behind, and one 20 inserts behind: the next page of 50;
    - the first page: the 50 logs stored last.
    Raw is the query as a person would write it from the table's columns:
    ``_block_number``/``_block_offset`` with ``ORDER BY`` and ``LIMIT``. The API adds the
@@ -105,6 +106,11 @@ def main() -> None:
         p = _project(rng)
         return p, TailCursor(high), f"_block_number > {high}", "ASC"
 
+    def one_behind(rng):
+        p = _project(rng)
+        b = blocks[-2]
+        return p, TailCursor(b, None), f"_block_number > {b}", "ASC"
+
     def behind(rng):
         p = _project(rng)
         b = blocks[-20]
@@ -117,6 +123,7 @@ def main() -> None:
     for seed, (name, make) in enumerate(
         [
             ("poll, nothing new", nothing_new),
+            ("poll, 1 insert behind", one_behind),
             ("poll, 20 inserts behind", behind),
             ("first page (stored last)", first_page),
         ]
