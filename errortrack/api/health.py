@@ -172,12 +172,26 @@ class Readyz:
     def ready(self) -> dict[str, object]:
         """The 200's body (reads the quarantine's files)."""
         kept = quarantine.Quarantine(quarantine.directory(self._state.settings.spool_dir))
-        return {
+        body: dict[str, object] = {
             "status": "ok",
             "relational": "ok",
             "clickhouse": "ok",
             "quarantined_rows": kept.count(),
         }
+        runtime = self._state.ingest
+        if runtime is not None:
+            # What an operator needs to see inserts failing before ingest answers 503:
+            # ClickHouse answering a ping says nothing of inserts refused for a full
+            # disk, permissions or a broken table (a review found /readyz 200 while
+            # every insert failed). Still a 200: this worker serves, and its spool holds
+            # what it acknowledged; this worker's own spool, as each worker has one.
+            spool = runtime.writer.spool
+            body["spool"] = {
+                "bytes": spool.size,
+                "max_bytes": spool.max_bytes,
+                "insert_failures": runtime.writer.failures,
+            }
+        return body
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         failures = self.check_stores()

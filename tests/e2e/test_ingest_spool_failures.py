@@ -82,8 +82,15 @@ def test_failing_inserts_then_cap_then_recovery_lands_each_acknowledged_log_once
         assert len(acked) >= 100 and refused  # 200s while the spool had room, then 503s
         _wait(lambda: len(attempts) >= 3)  # the writer keeps retrying with backoff
         assert _counts(clickhouse, pid) == {}
+        # /readyz stays 200 (ClickHouse answers) and shows the inserts failing.
+        ready = client.simulate_get("/readyz")
+        assert ready.status_code == 200, ready.text
+        spool = ready.json["spool"]
+        assert spool["insert_failures"] >= 1 and spool["max_bytes"] == 40_000
+        assert spool["bytes"] >= 30_000
         broken.clear()
         _wait(lambda: st.ingest.writer.spool.pending() == 0)
+        _wait(lambda: client.simulate_get("/readyz").json["spool"]["insert_failures"] == 0)
     finally:
         st.ingest.stop()
     counts = _counts(clickhouse, pid)
