@@ -47,7 +47,7 @@ _U64 = 2**64 - 1
 _REFUSED = "cursor is not a tail cursor this server gave out (pass next_cursor as it came)"
 # The first page looks for the newest rows among the last this many inserts before it
 # reads the project's whole history: parts holding only older inserts are skipped
-# without being opened (a poll costs ~10 ms whatever the project's size, bench/RESULTS.md).
+# without being opened (bench/RESULTS.md, twenty-second session).
 _RECENT_BLOCKS = 64
 # Parts holding no insert numbered ``low`` or later: never opened. A part's name is
 # <partition id>_<min block>_<max block>_<level>[_<mutation>], and the logs table's
