@@ -176,6 +176,8 @@ def test_allow_lists_head_beside_get(world):
     assert resp.headers["allow"] == "GET, HEAD, OPTIONS"
     options = world.call("primary", "OPTIONS", f"/api/projects/{world.project_id}")
     assert "HEAD" in options.headers["allow"].split(", ")
+    # The OPTIONS answer and the 405 list the same methods.
+    assert world.call("primary", "OPTIONS", "/api/me").headers["allow"] == "GET, HEAD, OPTIONS"
 
 
 # --- 2. an invitation token with NUL --------------------------------------------------------
