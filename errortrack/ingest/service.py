@@ -21,8 +21,8 @@ import sqlalchemy.exc
 from sqlalchemy.orm import Session
 
 from errortrack import timestamps
-from errortrack.errors import Unavailable
-from errortrack.ingest import auth, envelope, items, ratelimit
+from errortrack.errors import BadRequest, Unavailable
+from errortrack.ingest import auth, envelope, items, ratelimit, surrogates
 from errortrack.ingest.ratelimit import CATEGORIES, RateLimiter
 from errortrack.issues import events
 from errortrack.spool.segments import Spool
@@ -108,7 +108,14 @@ def envelope_key(parsed: envelope.Envelope) -> str:
 
 def accept_store(ingest: Ingest, info: auth.KeyInfo, raw: bytes) -> Accepted:
     """``accept_envelope`` for a legacy ``/store/`` body (one JSON event)."""
-    event = events.parse(raw, what="body")
+    try:
+        event = events.parse(raw, what="body")
+    except BadRequest:
+        repaired = surrogates.replace_lone_surrogates(raw)
+        if repaired is None:
+            raise
+        raw = repaired
+        event = events.parse(raw, what="body")
     header = {"event_id": event["event_id"]} if isinstance(event.get("event_id"), str) else {}
     ctx = ingest.context(info, {})
     return _accept(ingest, ctx, [("event", {"type": "event"}, raw)], header)
@@ -125,7 +132,7 @@ def _accept(
     charges: dict[str, int] = {}
     dropped: list[str] = []
     for kind, item_header, payload in parts:
-        rows = items.dispatch(kind, payload, item_header, ctx)
+        rows = _dispatch(kind, payload, item_header, ctx)
         if items.drop_too_old(rows, ctx):
             # Expired on arrival: neither stored nor grouped, and not charged. An item
             # left with nothing goes like a rate-limited one: no event id in the answer.
@@ -170,6 +177,20 @@ def _accept(
     response = {"id": event_id} if isinstance(event_id, str) and event_id else {}
     limits = ratelimit.header(waits) if waits else ""
     return Accepted(response, encoded, count, ctx.project_id, charges, dropped, limits)
+
+
+def _dispatch(
+    kind: str, payload: bytes, item_header: dict[str, Any], ctx: items.ItemContext
+) -> items.ItemRows:
+    """The item's rows; an item refused for a lone UTF-16 surrogate escape is read again
+    with U+FFFD in its place (``ingest.surrogates``), rather than lost with its batch."""
+    try:
+        return items.dispatch(kind, payload, item_header, ctx)
+    except BadRequest:
+        repaired = surrogates.replace_lone_surrogates(payload)
+        if repaired is None:
+            raise
+        return items.dispatch(kind, repaired, item_header, ctx)
 
 
 def _charge(kind: str, rows: items.ItemRows) -> tuple[str, int] | None:

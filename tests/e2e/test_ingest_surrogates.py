@@ -1,0 +1,126 @@
+"""A lone UTF-16 surrogate in an SDK's JSON (a file name decoded with surrogateescape,
+@sentry/node cutting an emoji in half) is stored as U+FFFD: the item, and the rest of
+its batch, are no longer refused (a 400 lost every log of the batch before)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from sentry_sdk.envelope import Envelope, Item, PayloadRef
+
+from tests.ingest_support import sentry_auth
+
+NAME = b"report-\xe9.csv".decode("utf-8", "surrogateescape")  # holds "\udce9"
+
+
+def _send(client, project, envelope: Envelope):
+    project_id, key = project
+    return client.simulate_post(
+        f"/api/{project_id}/envelope/", body=envelope.serialize(), headers=sentry_auth(key)
+    )
+
+
+def test_logs_events_and_transactions_with_lone_surrogates_are_stored(
+    ingest_client, project, state
+):
+    now = time.time()
+    event_id, trace_id = uuid.uuid4().hex, uuid.uuid4().hex
+    logs = [
+        {"timestamp": now, "level": "info", "body": f"row {i} ok", "trace_id": trace_id}
+        for i in range(50)
+    ]
+    logs.append(
+        {
+            "timestamp": now,
+            "level": "warn",
+            "body": f"cannot open {NAME}",
+            "trace_id": trace_id,
+            "attributes": {"file": {"value": NAME, "type": "string"}},
+        }
+    )
+    # Serialised by the SDK's own envelope code (json.dumps), as it sends them.
+    envelope = Envelope(headers={"event_id": event_id})
+    envelope.add_item(Item(payload=PayloadRef(json={"items": logs}), type="log"))
+    envelope.add_item(
+        Item(
+            payload=PayloadRef(
+                json={
+                    "event_id": event_id,
+                    "timestamp": now,
+                    "platform": "python",
+                    "message": f"cannot open {NAME}",
+                    "level": "error",
+                }
+            ),
+            type="event",
+        )
+    )
+    envelope.add_item(
+        Item(
+            payload=PayloadRef(
+                json={
+                    "type": "transaction",
+                    "transaction": f"GET /{NAME}",
+                    "start_timestamp": now - 1,
+                    "timestamp": now,
+                    "contexts": {
+                        "trace": {"trace_id": trace_id, "span_id": "a" * 16, "op": "http"}
+                    },
+                    "spans": [],
+                }
+            ),
+            type="transaction",
+        )
+    )
+    assert b"\\udce9" in envelope.serialize()
+    resp = _send(ingest_client, project, envelope)
+    assert resp.status_code == 200, resp.text
+    assert resp.json == {"id": event_id}
+    state.ingest.writer.drain()
+    bodies = {
+        row[0]
+        for row in state.clickhouse.query_rows(
+            "SELECT body FROM logs WHERE project_id = {p:UInt64}", {"p": project[0]}
+        )
+    }
+    assert bodies == {f"row {i} ok" for i in range(50)} | {"cannot open report-\ufffd.csv"}
+    (attrs,) = state.clickhouse.query_rows(
+        "SELECT attributes FROM logs WHERE body LIKE 'cannot open%'"
+    )[0]
+    assert "\\ufffd" in attrs or "\ufffd" in attrs
+    (payload,) = state.clickhouse.query_rows(
+        "SELECT payload FROM events WHERE event_id = {e:UUID}", {"e": event_id}
+    )[0]
+    assert "\\udce9" not in payload
+    (name,) = state.clickhouse.query_rows(
+        "SELECT description FROM spans WHERE trace_id = {t:String} AND is_segment",
+        {"t": trace_id},
+    )[0]
+    assert "\ufffd" in name
+
+
+def test_the_store_endpoint_repairs_too(ingest_client, project, state):
+    event_id = uuid.uuid4().hex
+    event = f'"event_id": "{event_id}", "timestamp": {time.time()}, "message": "x \\ud800 y"'
+    body = ("{" + event + "}").encode()
+    project_id, key = project
+    resp = ingest_client.simulate_post(
+        f"/api/{project_id}/store/", body=body, headers=sentry_auth(key)
+    )
+    assert resp.status_code == 200, resp.text
+    state.ingest.writer.drain()
+    (payload,) = state.clickhouse.query_rows(
+        "SELECT payload FROM events WHERE event_id = {e:UUID}", {"e": event_id}
+    )[0]
+    assert "\\ufffd" in payload
+
+
+def test_invalid_json_is_still_a_400(ingest_client, project):
+    envelope = b'{}\n{"type": "log"}\n{"items": [{"body": "\\ud800", }]}\n'
+    project_id, key = project
+    resp = ingest_client.simulate_post(
+        f"/api/{project_id}/envelope/", body=envelope, headers=sentry_auth(key)
+    )
+    assert resp.status_code == 400
+    assert set(resp.json) == {"error"}
