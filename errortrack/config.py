@@ -258,6 +258,10 @@ class Settings:
     # Ingest: cap on one request body after decompression (Sentry allows 200 MiB per
     # envelope; 20 MiB keeps N threads x body in memory well under the RSS budget).
     max_body_bytes: int = _setting(20 * 2**20, _positive_int, "Ingest body cap in bytes (413)")
+    # Ingest: cap on one error event or transaction after decompression, Sentry's 1 MiB:
+    # the whole payload is stored and sent back in every events page, and an SDK sent an
+    # 18 MB event (100 breadcrumbs of 50 KB) that was stored whole (SDK review).
+    max_event_bytes: int = _setting(2**20, _positive_int, "Cap on one event in bytes (413)")
     # Ingest spool: above this many bytes of rows not yet in ClickHouse, ingest answers 503.
     spool_max_bytes: int = _setting(2**30, _positive_int, "Spool size cap in bytes (503)")
     # The writer inserts a batch at this many rows or at WRITER_MAX_AGE_MS, whichever first.

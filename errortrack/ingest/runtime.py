@@ -48,6 +48,7 @@ def build(
         sessions=state.sessions,
         clock=state.clock,
         default_retention_days=settings.retention_days,
+        max_event_bytes=settings.max_event_bytes,
     )
     writer = Writer(
         spool,

@@ -21,7 +21,7 @@ import sqlalchemy.exc
 from sqlalchemy.orm import Session
 
 from errortrack import timestamps
-from errortrack.errors import BadRequest, Unavailable
+from errortrack.errors import BadRequest, PayloadTooLarge, Unavailable
 from errortrack.ingest import auth, envelope, items, ratelimit, surrogates
 from errortrack.ingest.ratelimit import CATEGORIES, RateLimiter
 from errortrack.issues import events
@@ -61,6 +61,7 @@ class Ingest:
     sessions: Callable[[], Session]
     clock: Callable[[], dt.datetime]
     default_retention_days: int
+    max_event_bytes: int = 2**20  # ERRORTRACK_MAX_EVENT_BYTES
 
     def key_info(self, key: str) -> auth.KeyInfo | None:
         """The key's project and state, from the cache or (on a miss) the database."""
@@ -132,6 +133,12 @@ def _accept(
     charges: dict[str, int] = {}
     dropped: list[str] = []
     for kind, item_header, payload in parts:
+        if kind in _EVENT_KINDS and len(payload) > ingest.max_event_bytes:
+            # As Relay: the envelope is refused (413), so nothing of it is stored.
+            raise PayloadTooLarge(
+                f"{kind} item is {len(payload)} bytes, more than the "
+                f"{ingest.max_event_bytes} an event may be (ERRORTRACK_MAX_EVENT_BYTES)"
+            )
         rows = _dispatch(kind, payload, item_header, ctx)
         if items.drop_too_old(rows, ctx):
             # Expired on arrival: neither stored nor grouped, and not charged. An item
@@ -177,6 +184,9 @@ def _accept(
     response = {"id": event_id} if isinstance(event_id, str) and event_id else {}
     limits = ratelimit.header(waits) if waits else ""
     return Accepted(response, encoded, count, ctx.project_id, charges, dropped, limits)
+
+
+_EVENT_KINDS = frozenset({"event", "transaction"})
 
 
 def _dispatch(

@@ -923,3 +923,47 @@ def test_a_log_dated_with_an_rfc3339_string_keeps_its_time(
     assert stored["go"][0] == int((NOW - 4.25) * 1_000_000)
     assert stored["not a time"][0] == stored["not a time"][1] == NOW * 1_000_000
     assert stored["nanoseconds"][0] == stored["nanoseconds"][1]
+
+
+def test_an_event_over_the_event_cap_is_413_and_stores_nothing(state, project, clickhouse):
+    # Sentry's 1 MiB per event (ERRORTRACK_MAX_EVENT_BYTES, here 10,000): an 18 MB event
+    # was stored whole before (SDK review). The envelope is refused as Relay refuses it,
+    # so its logs are not stored either, and the SDK is told.
+    import dataclasses
+
+    from errortrack.state import AppState
+
+    small = dataclasses.replace(state.settings, max_event_bytes=10_000)
+    st = AppState.build(small, engine=state.engine, clickhouse=clickhouse, clock=state.clock)
+    client = falcon.testing.TestClient(create_server_app(state=st))
+    pid, key = project
+    try:
+        for kind, extra in (("event", {}), ("transaction", {"type": "transaction"})):
+            payload = orjson.dumps({"message": "x" * 10_001, **extra})
+            item = orjson.dumps({"type": kind, "length": len(payload)})
+            logs = log_envelope([_log("beside the big event")]).split(b"\n", 1)[1]
+            body = b"{}\n" + item + b"\n" + payload + b"\n" + logs
+            resp = _post(client, pid, body, sentry_auth(key))
+            _error(resp, 413, "payload_too_large")
+            assert f"{kind} item is" in resp.json["error"]["message"]
+        resp = client.simulate_post(
+            f"/api/{pid}/store/",
+            body=orjson.dumps({"message": "x" * 10_001}),
+            headers=sentry_auth(key),
+        )
+        _error(resp, 413, "payload_too_large")
+        # At the cap: stored.
+        payload = orjson.dumps({"message": "x" * (10_000 - 14)})
+        assert len(payload) == 10_000
+        ok = _post(
+            client,
+            pid,
+            b"{}\n" + orjson.dumps({"type": "event"}) + b"\n" + payload,
+            sentry_auth(key),
+        )
+        assert ok.status_code == 200, ok.text
+        st.ingest.writer.drain()
+        assert _logs(clickhouse, pid) == []
+        assert clickhouse.query_rows("SELECT count() FROM events")[0][0] == 1
+    finally:
+        st.ingest.writer.spool.close()
