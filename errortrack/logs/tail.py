@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import weakref
 from typing import Any
 
 import orjson
@@ -163,15 +164,25 @@ def _committed(store: ClickHouse) -> int:
     reserves a number before it commits: no single order to follow there (501)."""
     if store.cluster:
         raise NotSupported(_ONE_NODE.format("a cluster"))
-    engine, high = store.query_rows(
-        "SELECT (SELECT any(engine) FROM system.tables "
-        "WHERE database = currentDatabase() AND name = 'logs'), "
-        "(SELECT max(max_block_number) FROM system.parts "
-        "WHERE database = currentDatabase() AND table = 'logs' AND active)"
-    )[0]
-    if engine != "MergeTree":
-        raise NotSupported(_ONE_NODE.format(engine or "no logs table"))
+    if store not in _PLAIN:
+        # Asked once per store: only DDL (a migration, a restart) changes the engine, and
+        # the lookup doubled the cost of this query (1.7 -> 3.4 ms; review).
+        engine = store.query_rows(
+            "SELECT any(engine) FROM system.tables "
+            "WHERE database = currentDatabase() AND name = 'logs'"
+        )[0][0]
+        if engine != "MergeTree":
+            raise NotSupported(_ONE_NODE.format(engine or "no logs table"))
+        _PLAIN.add(store)
+    high = store.query_rows(
+        "SELECT max(max_block_number) FROM system.parts "
+        "WHERE database = currentDatabase() AND table = 'logs' AND active"
+    )[0][0]
     return int(high or 0)
+
+
+# Stores whose logs table was found to be a plain MergeTree.
+_PLAIN: weakref.WeakSet[ClickHouse] = weakref.WeakSet()
 
 
 def _last(

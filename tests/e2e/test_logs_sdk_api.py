@@ -207,6 +207,9 @@ def test_a_cursor_walk_over_http(sent: Sent):
         # Valid base64url of JSON, but not a cursor: [sort, true, id, null].
         ("cursor=WyItdGltZXN0YW1wIix0cnVlLCIwIixudWxsXQ", "not one this server gave out"),
         ("page=2&cursor={next}", "either page or cursor"),
+        # Before an attribute filter's name is looked at (a review found the order of
+        # the schema's hooks had changed).
+        ("page=2&cursor={next}&attr[]=1", "either page or cursor"),
         ("sort=timestamp&cursor={next}", "continues sort=-timestamp"),
         ("cursor={next}&cursor={next}", "Not a valid string"),
     ],

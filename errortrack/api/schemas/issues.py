@@ -146,8 +146,8 @@ class IssuesQuery(PageQuery):
     level = Levels(
         metadata={
             "description": "Only issues at these levels (the level of their newest event; "
-            "repeat or comma-separate: level=error,fatal). Any case; warn is taken as warning, "
-            "critical as fatal, log as info."
+            "repeat or comma-separate: level=error,fatal). The server also takes any case, "
+            "and warn for warning, critical for fatal, log for info (beyond the enum)."
         }
     )
     q = Text(

@@ -87,8 +87,8 @@ class _LogFilterQuery(Schema):
     level = Levels(
         metadata={
             "description": "Only these levels (by severity number). Repeat the parameter or "
-            "separate with commas: level=error&level=fatal or level=error,fatal. Any case; "
-            "warning is taken as warn."
+            "separate with commas: level=error&level=fatal or level=error,fatal. The server also "
+            "takes any case, and warning for warn (beyond the enum)."
         }
     )
     trace_id = TraceId(
@@ -122,6 +122,10 @@ class _LogFilterQuery(Schema):
     def _gather_attributes(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
         """Fold the ``attr[<name>]`` parameters into one ``attr`` mapping of value lists."""
         data = dict(data)
+        if "page" in self.declared_fields:
+            # Here, not in a hook of the list's own: marshmallow runs pre_load hooks in
+            # name order, and page with cursor must be the 400 before a bad attr name.
+            refuse_page_with_cursor(data)
         found = [(key, data.pop(key)) for key in list(data) if filters.attr_filter_name(key)]
         if found:
             data["attr"] = dict(found)
@@ -158,11 +162,6 @@ class LogsQuery(PageQuery, _LogFilterQuery):
             "to the cursor's own.",
         },
     )
-
-    @pre_load
-    def _one_walk(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        refuse_page_with_cursor(data)
-        return data
 
     @pre_load
     def _sort_of_cursor(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
