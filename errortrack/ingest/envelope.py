@@ -15,6 +15,7 @@ import msgspec
 import orjson
 
 from errortrack.errors import BadRequest
+from errortrack.ingest import surrogates
 
 
 @dataclasses.dataclass
@@ -28,7 +29,16 @@ def _json_object(raw: bytes, what: str) -> dict[str, Any]:
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"{what} is not valid JSON: {exc}") from None
+        # sentry-sdk copies a transaction's name into the envelope header (its trace
+        # context) and an attachment's file name into its item header: a lone surrogate
+        # there refused the whole envelope (ingest.surrogates).
+        repaired = surrogates.replace_lone_surrogates(raw)
+        try:
+            value = orjson.loads(repaired) if repaired is not None else None
+        except orjson.JSONDecodeError:
+            value = None
+        if value is None:
+            raise BadRequest(f"{what} is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise BadRequest(f"{what} must be a JSON object")
     return value

@@ -109,6 +109,7 @@ def envelope_key(parsed: envelope.Envelope) -> str:
 
 def accept_store(ingest: Ingest, info: auth.KeyInfo, raw: bytes) -> Accepted:
     """``accept_envelope`` for a legacy ``/store/`` body (one JSON event)."""
+    _check_size("body", raw, ingest.max_event_bytes)  # before it is read
     try:
         event = events.parse(raw, what="body")
     except BadRequest:
@@ -132,13 +133,12 @@ def _accept(
     made: list[tuple[str, items.ItemRows, tuple[str, int] | None]] = []
     charges: dict[str, int] = {}
     dropped: list[str] = []
+    for kind, _, payload in parts:
+        # As Relay: the envelope is refused (413), so nothing of it is stored; checked
+        # before any item is read.
+        if kind in _EVENT_KINDS:
+            _check_size(f"{kind} item", payload, ingest.max_event_bytes)
     for kind, item_header, payload in parts:
-        if kind in _EVENT_KINDS and len(payload) > ingest.max_event_bytes:
-            # As Relay: the envelope is refused (413), so nothing of it is stored.
-            raise PayloadTooLarge(
-                f"{kind} item is {len(payload)} bytes, more than the "
-                f"{ingest.max_event_bytes} an event may be (ERRORTRACK_MAX_EVENT_BYTES)"
-            )
         rows = _dispatch(kind, payload, item_header, ctx)
         if items.drop_too_old(rows, ctx):
             # Expired on arrival: neither stored nor grouped, and not charged. An item
@@ -187,6 +187,14 @@ def _accept(
 
 
 _EVENT_KINDS = frozenset({"event", "transaction"})
+
+
+def _check_size(what: str, payload: bytes, cap: int) -> None:
+    if len(payload) > cap:
+        raise PayloadTooLarge(
+            f"{what} is {len(payload)} bytes, more than the {cap} an event may be "
+            "(ERRORTRACK_MAX_EVENT_BYTES)"
+        )
 
 
 def _dispatch(

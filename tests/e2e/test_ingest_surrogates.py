@@ -100,6 +100,40 @@ def test_logs_events_and_transactions_with_lone_surrogates_are_stored(
     assert "\ufffd" in name
 
 
+def test_lone_surrogates_in_envelope_and_item_headers(ingest_client, project, state):
+    # sentry-sdk copies a transaction's name into the envelope header's trace context,
+    # and an attachment's file name into its item header: each refused the envelope.
+    now = time.time()
+    event_id = uuid.uuid4().hex
+    envelope = Envelope(
+        headers={
+            "event_id": event_id,
+            "trace": {"trace_id": uuid.uuid4().hex, "transaction": f"process {NAME}"},
+        }
+    )
+    envelope.add_item(
+        Item(
+            payload=PayloadRef(
+                json={"event_id": event_id, "timestamp": now, "message": "boom", "level": "error"}
+            ),
+            type="event",
+        )
+    )
+    envelope.add_item(Item(payload=PayloadRef(bytes=b"data"), type="attachment", filename=NAME))
+    sent = envelope.serialize()
+    assert sent.split(b"\n")[0].count(b"\\udce9") == 1  # in the envelope header
+    resp = _send(ingest_client, project, envelope)
+    assert resp.status_code == 200, resp.text
+    assert resp.json == {"id": event_id}
+    state.ingest.writer.drain()
+    assert (
+        state.clickhouse.query_rows(
+            "SELECT count() FROM events WHERE event_id = {e:UUID}", {"e": event_id}
+        )[0][0]
+        == 1
+    )
+
+
 def test_the_store_endpoint_repairs_too(ingest_client, project, state):
     event_id = uuid.uuid4().hex
     event = f'"event_id": "{event_id}", "timestamp": {time.time()}, "message": "x \\ud800 y"'

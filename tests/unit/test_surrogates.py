@@ -50,3 +50,11 @@ def test_what_pythons_json_writes_for_surrogateescape_text_is_repaired():
         orjson.loads(sent)
     fixed = orjson.loads(replace_lone_surrogates(sent))
     assert fixed == {"body": "cannot open report-\ufffd.csv", "emoji": "\U0001f389"}
+
+
+def test_payloads_over_the_repair_cap_are_left_refused():
+    from errortrack.ingest.surrogates import MAX_REPAIR
+
+    big = b'"' + b"x" * MAX_REPAIR + b'\\ud800"'
+    assert replace_lone_surrogates(big) is None
+    assert replace_lone_surrogates(big[-100:]) is not None
