@@ -43,10 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import falcon.testing
 
-from bench.query_logs_data import DAYS, PROJECT_SHARES, load
+from bench.query_logs_data import DAYS, PROJECT_SHARES, open_loaded
 from errortrack import db, relational
 from errortrack.analytics import ClickHouse
-from errortrack.analytics import migrate as ch_migrate
 from errortrack.app import create_app
 from errortrack.auth.tokens import create_token
 from errortrack.config import Settings
@@ -269,10 +268,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=Path("/tmp/errortrack-bench-logs"))
     parser.add_argument("--reload", action="store_true")
     args = parser.parse_args()
-    args.dir.mkdir(parents=True, exist_ok=True)
-    store = ClickHouse(f"chdb://{(args.dir / 'clickhouse').resolve()}", database="bench")
-    ch_migrate.apply(store)
-    load(store, args.rows, reload=args.reload)
+    store = open_loaded(args.dir, args.rows, reload=args.reload)
     store.client().set_client_setting("use_query_condition_cache", 0)
     assert store.query_rows("SELECT getSetting('use_query_condition_cache')")[0][0] in (0, False)
     client, token = build_app(args.dir, store)

@@ -17,8 +17,10 @@ Shape, per row ``n``:
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from errortrack.analytics import ClickHouse
+from errortrack.analytics import migrate as ch_migrate
 
 DAYS = 7
 PROJECT_SHARES = (40, 25, 17, 12, 6)
@@ -106,6 +108,15 @@ _COLUMNS = (
     "project_id, timestamp, id, ingested_at, level, severity_number, body, trace_id, "
     "span_id, attributes, attr_string, attr_int, attr_float, attr_bool, retention_days"
 )
+
+
+def open_loaded(directory: Path, rows: int, *, reload: bool = False) -> ClickHouse:
+    """The benchmark's embedded store in ``directory``, migrated, holding ``rows`` logs."""
+    directory.mkdir(parents=True, exist_ok=True)
+    store = ClickHouse(f"chdb://{(directory / 'clickhouse').resolve()}", database="bench")
+    ch_migrate.apply(store)
+    load(store, rows, reload=reload)
+    return store
 
 
 def load(store: ClickHouse, rows: int, *, reload: bool = False) -> None:

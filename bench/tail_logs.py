@@ -34,9 +34,8 @@ os.environ["TZ"] = "UTC"
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.query_logs import _project, _timed, build_app, pct
-from bench.query_logs_data import load
+from bench.query_logs_data import open_loaded
 from errortrack.analytics import ClickHouse
-from errortrack.analytics import migrate as ch_migrate
 from errortrack.logs.tail import TailCursor
 
 _COLS = "toString(id), _block_number, _block_offset"
@@ -80,10 +79,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=Path("/tmp/errortrack-bench-tail"))
     parser.add_argument("--reload", action="store_true")
     args = parser.parse_args()
-    args.dir.mkdir(parents=True, exist_ok=True)
-    store = ClickHouse(f"chdb://{(args.dir / 'clickhouse').resolve()}", database="bench")
-    ch_migrate.apply(store)
-    load(store, args.rows, reload=args.reload)
+    store = open_loaded(args.dir, args.rows, reload=args.reload)
     _store_recent(store, args.inserts)
     store.client().set_client_setting("use_query_condition_cache", 0)
     client, token = build_app(args.dir, store)

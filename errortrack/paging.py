@@ -10,10 +10,14 @@ Sentry's ``X-Max-Hits`` do.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+import orjson
 
 from errortrack.errors import ValidationError
 
@@ -83,3 +87,23 @@ def parse_choices(
             if name not in found:
                 found.append(name)
     return tuple(found)
+
+
+def encode_cursor(value: list[Any]) -> str:
+    """A keyset cursor's text: base64url of a small JSON array, opaque to clients (the
+    logs, issues, events, spans and tail cursors)."""
+    return base64.urlsafe_b64encode(orjson.dumps(value)).rstrip(b"=").decode("ascii")
+
+
+def cursor_fields(text: Any, *, size: int, max_length: int, refused: str) -> list[Any]:
+    """The JSON array of ``size`` items inside a cursor ``encode_cursor`` wrote; anything
+    else (edited, truncated, made up, too long) is a 400 naming ``cursor``, never a 500."""
+    if not isinstance(text, str) or not text or len(text) > max_length:
+        raise ValidationError(refused, field="cursor")
+    try:
+        value = orjson.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError):
+        raise ValidationError(refused, field="cursor") from None
+    if not isinstance(value, list) or len(value) != size:
+        raise ValidationError(refused, field="cursor")
+    return value

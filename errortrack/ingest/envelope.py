@@ -27,18 +27,12 @@ class Envelope:
 
 def _json_object(raw: bytes, what: str) -> dict[str, Any]:
     try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
         # sentry-sdk copies a transaction's name into the envelope header (its trace
         # context) and an attachment's file name into its item header: a lone surrogate
         # there refused the whole envelope (ingest.surrogates).
-        repaired = surrogates.replace_lone_surrogates(raw)
-        try:
-            value = orjson.loads(repaired) if repaired is not None else None
-        except orjson.JSONDecodeError:
-            value = None
-        if value is None:
-            raise BadRequest(f"{what} is not valid JSON: {exc}") from None
+        value, _ = surrogates.read_repaired(orjson.loads, raw, orjson.JSONDecodeError)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"{what} is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise BadRequest(f"{what} must be a JSON object")
     return value

@@ -61,7 +61,7 @@ class Ingest:
     sessions: Callable[[], Session]
     clock: Callable[[], dt.datetime]
     default_retention_days: int
-    max_event_bytes: int = 2**20  # ERRORTRACK_MAX_EVENT_BYTES
+    max_event_bytes: int  # ERRORTRACK_MAX_EVENT_BYTES
 
     def key_info(self, key: str) -> auth.KeyInfo | None:
         """The key's project and state, from the cache or (on a miss) the database."""
@@ -110,14 +110,9 @@ def envelope_key(parsed: envelope.Envelope) -> str:
 def accept_store(ingest: Ingest, info: auth.KeyInfo, raw: bytes) -> Accepted:
     """``accept_envelope`` for a legacy ``/store/`` body (one JSON event)."""
     _check_size("body", raw, ingest.max_event_bytes)  # before it is read
-    try:
-        event = events.parse(raw, what="body")
-    except BadRequest:
-        repaired = surrogates.replace_lone_surrogates(raw)
-        if repaired is None:
-            raise
-        raw = repaired
-        event = events.parse(raw, what="body")
+    event, raw = surrogates.read_repaired(
+        lambda data: events.parse(data, what="body"), raw, BadRequest
+    )
     header = {"event_id": event["event_id"]} if isinstance(event.get("event_id"), str) else {}
     ctx = ingest.context(info, {})
     return _accept(ingest, ctx, [("event", {"type": "event"}, raw)], header)
@@ -202,13 +197,10 @@ def _dispatch(
 ) -> items.ItemRows:
     """The item's rows; an item refused for a lone UTF-16 surrogate escape is read again
     with U+FFFD in its place (``ingest.surrogates``), rather than lost with its batch."""
-    try:
-        return items.dispatch(kind, payload, item_header, ctx)
-    except BadRequest:
-        repaired = surrogates.replace_lone_surrogates(payload)
-        if repaired is None:
-            raise
-        return items.dispatch(kind, repaired, item_header, ctx)
+    rows, _ = surrogates.read_repaired(
+        lambda data: items.dispatch(kind, data, item_header, ctx), payload, BadRequest
+    )
+    return rows
 
 
 def _charge(kind: str, rows: items.ItemRows) -> tuple[str, int] | None:

@@ -14,6 +14,10 @@ accepted path costs nothing.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # A \u escape of a UTF-16 surrogate (U+D800-U+DFFF) that is an escape: preceded by an
 # even run of backslashes (escaped backslashes are text). A high half directly followed
@@ -47,3 +51,18 @@ def replace_lone_surrogates(data: bytes) -> bytes | None:
 
     fixed = _SURROGATE.sub(fix, data)
     return fixed if changed else None
+
+
+def read_repaired(
+    read: Callable[[bytes], T], data: bytes, refused: type[Exception]
+) -> tuple[T, bytes]:
+    """``read(data)`` and the bytes it read. When it raises ``refused`` and ``data`` holds
+    lone surrogate escapes, ``read`` runs again on the repaired bytes (whatever that
+    raises propagates); otherwise the first refusal does."""
+    try:
+        return read(data), data
+    except refused:
+        repaired = replace_lone_surrogates(data)
+        if repaired is None:
+            raise
+    return read(repaired), repaired

@@ -19,17 +19,14 @@ The shapes differ, so no list takes another's cursor (nor a logs cursor).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 import datetime as dt
 import uuid
 from typing import Any
 
-import orjson
-
 from errortrack.db import MAX_ID
 from errortrack.errors import ValidationError
+from errortrack.paging import cursor_fields, encode_cursor
 
 # Far longer than any cursor this module writes (under 100 characters), short enough that
 # a made-up one costs nothing to refuse.
@@ -70,7 +67,7 @@ class IssueCursor:
         key = self.key
         if isinstance(key, dt.datetime):
             key = (key.astimezone(dt.UTC) - _EPOCH) // _US
-        return _encode([self.sort, key, self.id])
+        return encode_cursor([self.sort, key, self.id])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,25 +87,11 @@ class EventCursor:
 
     def encode(self) -> str:
         micros = (self.timestamp - _EPOCH) // _US
-        return _encode([EVENTS_ORDER, micros, self.event_id.hex])
-
-
-def _encode(value: list[Any]) -> str:
-    return base64.urlsafe_b64encode(orjson.dumps(value)).rstrip(b"=").decode("ascii")
+        return encode_cursor([EVENTS_ORDER, micros, self.event_id.hex])
 
 
 def _fields(text: Any, max_length: int = MAX_LENGTH) -> list[Any]:
-    """The JSON array inside ``text``; anything else is a 400 naming ``cursor``."""
-    if not isinstance(text, str) or not text or len(text) > max_length:
-        raise ValidationError(_REFUSED, field="cursor")
-    try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        value = orjson.loads(raw)
-    except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError):
-        raise ValidationError(_REFUSED, field="cursor") from None
-    if not isinstance(value, list) or len(value) != 3:
-        raise ValidationError(_REFUSED, field="cursor")
-    return value
+    return cursor_fields(text, size=3, max_length=max_length, refused=_REFUSED)
 
 
 def _int_in(value: Any, low: int, high: int) -> bool:
@@ -145,7 +128,7 @@ class SpanCursor:
         return cls(start.astimezone(dt.UTC), span_id)
 
     def encode(self) -> str:
-        return _encode([SPANS_ORDER, (self.start - _EPOCH) // _US, self.span_id])
+        return encode_cursor([SPANS_ORDER, (self.start - _EPOCH) // _US, self.span_id])
 
 
 SPANS_ORDER = "start_timestamp"

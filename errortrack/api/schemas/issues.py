@@ -10,6 +10,7 @@ from marshmallow import ValidationError as SchemaError
 from errortrack.api.schemas.logs import TRACE_ID_PATTERN, TraceId
 from errortrack.api.schemas.paging import (
     CursorText,
+    OneWayToPage,
     PageQuery,
     page_of,
     page_request,
@@ -105,7 +106,7 @@ def _release() -> Values:
     )
 
 
-class _EventCursor(Schema):
+class _EventCursor(OneWayToPage):
     """``cursor`` on the events lists (``errortrack.issues.cursor``)."""
 
     cursor = CursorText(
@@ -120,11 +121,6 @@ class _EventCursor(Schema):
             "Not with page.",
         },
     )
-
-    @pre_load
-    def _one_way_to_page(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        refuse_page_with_cursor(data)
-        return data
 
 
 class _EventFilters(Schema):

@@ -122,10 +122,6 @@ class _LogFilterQuery(Schema):
     def _gather_attributes(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
         """Fold the ``attr[<name>]`` parameters into one ``attr`` mapping of value lists."""
         data = dict(data)
-        if "page" in self.declared_fields:
-            # Here, not in a hook of the list's own: marshmallow runs pre_load hooks in
-            # name order, and page with cursor must be the 400 before a bad attr name.
-            refuse_page_with_cursor(data)
         found = [(key, data.pop(key)) for key in list(data) if filters.attr_filter_name(key)]
         if found:
             data["attr"] = dict(found)
@@ -162,6 +158,13 @@ class LogsQuery(PageQuery, _LogFilterQuery):
             "to the cursor's own.",
         },
     )
+
+    @pre_load
+    def _gather_attributes(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        # The same hook, so that page with cursor is the 400 before a bad attr name:
+        # marshmallow runs pre_load hooks in name order, not in a base's first.
+        refuse_page_with_cursor(data)
+        return super()._gather_attributes(data, **kwargs)
 
     @pre_load
     def _sort_of_cursor(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from marshmallow import Schema, fields, validate
+from marshmallow import Schema, fields, pre_load, validate
 from marshmallow import ValidationError as SchemaError
 
 from errortrack.errors import ValidationError
@@ -48,6 +48,15 @@ def refuse_page_with_cursor(data: Mapping[str, Any]) -> None:
     """A list is walked by page or by cursor: both at once is a 400 naming ``cursor``."""
     if "cursor" in data and "page" in data:
         raise SchemaError("give either page or cursor, not both", field_name="cursor")
+
+
+class OneWayToPage(Schema):
+    """The query of a list that takes ``cursor`` beside ``page``: never both."""
+
+    @pre_load
+    def _one_way_to_page(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        refuse_page_with_cursor(data)
+        return data
 
 
 class PageQuery(Schema):

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import Schema, fields, post_load, pre_load
+from marshmallow import Schema, fields, post_load
 
 from errortrack.api.schemas.issues import EventSummaryOut
 from errortrack.api.schemas.logs import LogOut, LogsQuery
-from errortrack.api.schemas.paging import (
-    CursorText,
-    PageQuery,
-    page_of,
-    page_request,
-    refuse_page_with_cursor,
-)
+from errortrack.api.schemas.paging import CursorText, OneWayToPage, PageQuery, page_of, page_request
 from errortrack.issues import cursor
 
 _TIME = {"format": "date-time"}
@@ -88,7 +82,7 @@ class TraceOut(Schema):
     )
 
 
-class SpansQuery(PageQuery):
+class SpansQuery(PageQuery, OneWayToPage):
     cursor = CursorText(
         cursor.decode_span,
         metadata={
@@ -99,11 +93,6 @@ class SpansQuery(PageQuery):
             "once, whatever arrives meanwhile. Not with page.",
         },
     )
-
-    @pre_load
-    def _one_way_to_page(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        refuse_page_with_cursor(data)
-        return data
 
     @post_load
     def _split(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
