@@ -83,17 +83,17 @@ def relational_store_errors() -> Iterator[None]:
         ) from None
 
 
-def upgrade_relational(settings: Settings) -> None:
-    """Bring the relational store to head (migrate, bootstrap, token create); one
-    ``Error:`` line when it cannot be reached."""
+def upgrade_relational(settings: Settings) -> list[str]:
+    """Bring the relational store to head (migrate, bootstrap, token create) and return
+    the revisions applied now; one ``Error:`` line when it cannot be reached."""
     if not settings.database_url:
         _make_data_dir(settings)
     with relational_store_errors():
-        relational.upgrade(settings.resolved_database_url)
+        return relational.upgrade(settings.resolved_database_url)
 
 
 def migrate_all(settings: Settings) -> tuple[list[str], list[str]]:
-    """Apply both stores' migrations; return what ClickHouse applied now.
+    """Apply both stores' migrations; return what each applied now (relational, ClickHouse).
 
     A store that cannot be reached (or a data dir that cannot be) is one line and a
     ClickException, as `check` says it, not a driver's traceback."""
@@ -104,14 +104,14 @@ def migrate_all(settings: Settings) -> tuple[list[str], list[str]]:
 
     if not settings.database_url or not settings.clickhouse_url:
         _make_data_dir(settings)
-    upgrade_relational(settings)
+    relational_applied = upgrade_relational(settings)
     store = ClickHouse(settings.resolved_clickhouse_url, cluster=settings.clickhouse_cluster)
     # The driver also logs a refused connection as a warning: the error below says it.
     driver_log = logging.getLogger("clickhouse_connect")
     level = driver_log.level
     driver_log.setLevel(logging.ERROR)
     try:
-        return ["head"], ch_migrate.apply(store)
+        return relational_applied, ch_migrate.apply(store)
     except (OperationalError, DatabaseError) as exc:
         raise click.ClickException(
             f"ClickHouse store (ERRORTRACK_CLICKHOUSE_URL): {_root_cause(exc)}"
@@ -128,7 +128,7 @@ def migrate(from_serve: bool) -> None:
     if not from_serve:
         _refuse_if_served(settings)
     try:
-        _, applied = migrate_all(settings)
+        relational_applied, applied = migrate_all(settings)
     except Exception as exc:
         if not _engine_in_use(exc):
             raise
@@ -145,8 +145,8 @@ def migrate(from_serve: bool) -> None:
             f"the embedded ClickHouse store at {where} is in use by another process "
             "(a running server?); `errortrack serve` applies migrations itself when it starts"
         ) from None
-    click.echo("relational store: at head")
-    click.echo(f"clickhouse: applied {', '.join(applied) if applied else 'nothing (up to date)'}")
+    for store, done in (("relational store", relational_applied), ("clickhouse", applied)):
+        click.echo(f"{store}: applied {', '.join(done) if done else 'nothing (up to date)'}")
 
 
 @main.command()

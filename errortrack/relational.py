@@ -11,6 +11,9 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
@@ -33,8 +36,26 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
-def upgrade(url: str, revision: str = "head") -> None:
-    command.upgrade(alembic_config(url), revision)
+def upgrade(url: str, revision: str = "head") -> list[str]:
+    """Upgrade to ``revision``; return the revisions applied now, oldest first."""
+    cfg = alembic_config(url)
+    before = current_revision(url)
+    command.upgrade(cfg, revision)
+    after = current_revision(url)
+    if after == before or after is None:
+        return []
+    walked = ScriptDirectory.from_config(cfg).iterate_revisions(after, before)
+    return [script.revision for script in reversed(list(walked))]
+
+
+def current_revision(url: str) -> str | None:
+    """The store's revision (one head: the migrations are linear); None before any."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    finally:
+        engine.dispose()
 
 
 def downgrade(url: str, revision: str = "base") -> None:

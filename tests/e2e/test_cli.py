@@ -136,9 +136,14 @@ def test_migrate_then_check(tmp_path):
         env = server_env(tmp_path / "data", url)
         first = errortrack("migrate", env=env)
         assert first.returncode == 0, first.stderr
-        assert "applied 0001_logs, 0002_events, 0003_spans" in first.stdout
+        assert "clickhouse: applied 0001_logs, 0002_events, 0003_spans" in first.stdout
+        # The relational line names what it applied too (it said "at head" either way).
+        assert "relational store: applied 0001" in first.stdout, first.stdout
         again = errortrack("migrate", env=env)
-        assert "nothing (up to date)" in again.stdout
+        assert again.stdout.splitlines() == [
+            "relational store: applied nothing (up to date)",
+            "clickhouse: applied nothing (up to date)",
+        ], again.stdout
         check = errortrack("check", env=env)
         assert check.returncode == 0, check.stdout + check.stderr
         assert check.stdout.splitlines() == ["relational: ok", "clickhouse: ok"]
