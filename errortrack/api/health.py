@@ -219,6 +219,11 @@ class ReadyzOnLoop:
 
     on_head = on_get
 
+    async def on_options(self, req: object, resp: falcon.Response) -> None:
+        # Falcon's default OPTIONS answer leaves OPTIONS out of Allow; the management
+        # routes list it (api/middleware.py), and so does this one.
+        resp.set_header("Allow", "GET, HEAD, OPTIONS")
+
 
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()

@@ -32,6 +32,14 @@ def test_health_probes_answer_head(client):
         assert resp.content == b""
 
 
+def test_health_probes_list_options_in_their_options_answer(client):
+    # As every management route does; /readyz, served on the event loop, left it out.
+    for path in ("/healthz", "/readyz"):
+        resp = client.simulate_options(path)
+        assert resp.status_code == 200, path
+        assert resp.headers["allow"] == "GET, HEAD, OPTIONS", path
+
+
 def test_readyz_when_both_stores_answer(client):
     resp = client.simulate_get("/readyz")
     assert resp.status_code == 200, resp.text
