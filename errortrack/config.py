@@ -258,6 +258,13 @@ class Settings:
     # Ingest: cap on one request body after decompression (Sentry allows 200 MiB per
     # envelope; 20 MiB keeps N threads x body in memory well under the RSS budget).
     max_body_bytes: int = _setting(20 * 2**20, _positive_int, "Ingest body cap in bytes (413)")
+    # Ingest: cap on one envelope with the payloads of items that are not stored
+    # (attachments, replays, profiles), which do not count towards max_body_bytes
+    # (ingest/skim.py): an event sent with a 25 MiB attachment was lost with it. 100 MiB
+    # is sentry.io's limit for an event's attachments.
+    max_envelope_bytes: int = _setting(
+        100 * 2**20, _positive_int, "Ingest envelope cap in bytes, unstored items included (413)"
+    )
     # Ingest: cap on one error event or transaction after decompression, Sentry's 1 MiB:
     # the whole payload is stored and sent back in every events page, and an SDK sent an
     # 18 MB event (100 breadcrumbs of 50 KB) that was stored whole (SDK review).

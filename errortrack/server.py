@@ -186,8 +186,10 @@ def create_server_app(
     app = falcon.asgi.App()
     configure(app)
     max_body = state.settings.max_body_bytes
+    max_envelope = state.settings.max_envelope_bytes
     app.add_route(
-        "/api/{project_id:int}/envelope", ingest_api.Envelope(state.ingest.ingest, max_body)
+        "/api/{project_id:int}/envelope",
+        ingest_api.Envelope(state.ingest.ingest, max_body, max_envelope),
     )
     app.add_route("/api/{project_id:int}/store", ingest_api.Store(state.ingest.ingest, max_body))
     app.add_route("/readyz", health.ReadyzOnLoop(health.Readyz(state)))

@@ -18,7 +18,7 @@ import falcon
 import falcon.asgi
 
 from errortrack.errors import Unauthorized
-from errortrack.ingest import auth, body, envelope, service
+from errortrack.ingest import auth, body, envelope, items, service, skim
 
 # A browser SDK reads the rate-limit headers of the POST's answer only when it names them.
 EXPOSE = "x-sentry-rate-limits, retry-after"
@@ -35,9 +35,13 @@ ENVELOPE_TYPE = "application/x-sentry-envelope"
 
 
 class _IngestResource:
-    def __init__(self, ingest: service.Ingest, max_body_bytes: int) -> None:
+    def __init__(
+        self, ingest: service.Ingest, max_body_bytes: int, max_envelope_bytes: int = 0
+    ) -> None:
         self.ingest = ingest
         self.max_body_bytes = max_body_bytes
+        # ERRORTRACK_MAX_ENVELOPE_BYTES: with the payloads of items not stored (skim.py).
+        self.max_envelope_bytes = max(max_envelope_bytes, max_body_bytes)
         self._loading: dict[str, asyncio.Future[auth.KeyInfo | None]] = {}
 
     async def _authorize(self, project_id: int, key: str) -> auth.KeyInfo:
@@ -79,35 +83,47 @@ class _IngestResource:
         # for the whole request: the entry may expire while the body uploads, and a
         # second lookup then would be a second query.
         info = None if key is None else await self._authorize(project_id, key)
-        raw = await body.read_wire(req.stream, req.content_length, self.max_body_bytes)
-        accepted = await self.accept(
-            project_id, info, raw, req.get_header("Content-Encoding"), req.content_type
-        )
+        data = await self.read(req)
+        accepted = await self.accept(project_id, info, data, req.content_type)
         await self.ingest.store(accepted)
         if accepted.rate_limits:
             # Items were dropped by the rate limit: SDKs read this header on a 200 too.
             resp.set_header("X-Sentry-Rate-Limits", accepted.rate_limits)
         resp.media = accepted.response
 
-    def decode(self, raw: bytes, encoding: str | None) -> bytes:
-        return body.read_body(io.BytesIO(raw), encoding, self.max_body_bytes)
+    async def read(self, req: falcon.asgi.Request) -> bytes:
+        """The body, decompressed (413 over ``max_body_bytes``)."""
+        raw = await body.read_wire(req.stream, req.content_length, self.max_body_bytes)
+        return body.read_body(
+            io.BytesIO(raw), req.get_header("Content-Encoding"), self.max_body_bytes
+        )
 
     async def accept(
         self,
         project_id: int,
         info: auth.KeyInfo | None,
-        raw: bytes,
-        encoding: str | None,
+        data: bytes,
         content_type: str | None,
     ) -> service.Accepted:
-        parsed = envelope.parse(self.decode(raw, encoding))
+        parsed = envelope.parse(data)
         if info is None:
             info = await self._authorize(project_id, service.envelope_key(parsed))
         return service.accept_envelope(self.ingest, info, parsed)
 
 
 class Envelope(_IngestResource):
-    pass
+    async def read(self, req: falcon.asgi.Request) -> bytes:
+        """As ``_IngestResource.read``, but an envelope over the cap only because of items
+        that are not stored (attachments, replays, profiles) is read without their
+        payloads, up to ``max_envelope_bytes`` (ingest/skim.py)."""
+        return await skim.read_envelope(
+            req.stream,
+            req.content_length,
+            req.get_header("Content-Encoding"),
+            items.HANDLERS.__contains__,
+            self.max_body_bytes,
+            self.max_envelope_bytes,
+        )
 
 
 class Store(_IngestResource):
@@ -115,15 +131,14 @@ class Store(_IngestResource):
         self,
         project_id: int,
         info: auth.KeyInfo | None,
-        raw: bytes,
-        encoding: str | None,
+        data: bytes,
         content_type: str | None,
     ) -> service.Accepted:
         # As Relay: an envelope posted here (by its content type) is read as one; any
         # other body is one JSON event, possibly base64 (of zlib) as raven clients send.
         if falcon.parse_header(content_type or "")[0].lower() == ENVELOPE_TYPE:
-            return await super().accept(project_id, info, raw, encoding, content_type)
+            return await super().accept(project_id, info, data, content_type)
         if info is None:
             raise Unauthorized("no sentry_key: send X-Sentry-Auth or ?sentry_key=")
-        data = body.legacy_store_body(self.decode(raw, encoding), self.max_body_bytes)
+        data = body.legacy_store_body(data, self.max_body_bytes)
         return service.accept_store(self.ingest, info, data)

@@ -106,8 +106,11 @@ class _Brotli:
         self.decoder = brotli.Decompressor()
 
     def step(self, data: bytes, limit: int) -> bytes:
-        if not data and self.decoder.can_accept_more_data():
+        if not data and self.decoder.is_finished():
             return b""
+        # Not can_accept_more_data(): with an output limit, brotli 1.2 holds output back
+        # while saying it can take more input, and an empty call gives the rest. A body
+        # read a chunk at a time (ingest/skim.py) lost its end to that: "truncated".
         return bytes(self.decoder.process(data, output_buffer_limit=max(limit, 1)))
 
     def end(self) -> None:
@@ -134,11 +137,7 @@ def read_body(stream: Readable, encoding: str | None, cap: int) -> bytes:
         return _read_plain(stream, cap)
     factory = DECODERS.get(encoding)
     if factory is None and encoding != "zstd":
-        raise BadRequest(
-            f"unsupported Content-Encoding {encoding!r}; "
-            "use gzip, x-gzip, deflate, br, zstd or none",
-            field="Content-Encoding",
-        )
+        raise unsupported(encoding)
     try:
         if encoding == "zstd":
             return _read_zstd(stream, cap)
@@ -146,6 +145,13 @@ def read_body(stream: Readable, encoding: str | None, cap: int) -> bytes:
         return _read_decoded(stream, factory(), cap)
     except (zlib.error, brotli.error, zstandard.ZstdError, Truncated) as exc:
         raise BadRequest(f"body is not valid {encoding}: {exc}", field="Content-Encoding") from None
+
+
+def unsupported(encoding: str) -> BadRequest:
+    return BadRequest(
+        f"unsupported Content-Encoding {encoding!r}; use gzip, x-gzip, deflate, br, zstd or none",
+        field="Content-Encoding",
+    )
 
 
 def _too_large(cap: int) -> PayloadTooLarge:
@@ -288,7 +294,7 @@ class _ZstdFrames:
         return self.frames > 0 and not (self.in_frame or self.skip or self.rest or self.invalid)
 
 
-class _CappedInput:
+class CappedInput:
     """The compressed bytes as zstandard's stream reader pulls them, capped too."""
 
     def __init__(self, stream: Readable, cap: int) -> None:
@@ -310,7 +316,7 @@ def _read_zstd(stream: Readable, cap: int) -> bytes:
     # zstandard's decompressobj cannot bound one call's output (a tiny frame of RLE
     # blocks expands enormously); its stream reader can, when it pulls the input itself
     # (fed piecemeal, it would take an empty read for the end of the input).
-    source = _CappedInput(stream, cap)
+    source = CappedInput(stream, cap)
     reader = zstandard.ZstdDecompressor().stream_reader(
         cast(IO[bytes], source),  # zstandard only calls read()
         read_size=CHUNK,

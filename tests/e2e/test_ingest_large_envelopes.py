@@ -1,0 +1,245 @@
+"""Envelopes over the body cap because of items that are not stored (ingest/skim.py): the
+event is kept, the attachment's payload skipped as it arrives; what is kept stays capped."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import random
+import subprocess
+import sys
+import textwrap
+
+import falcon.testing
+import orjson
+import pytest
+
+from errortrack.errors import PayloadTooLarge
+from errortrack.ingest import envelope, skim
+from errortrack.ingest.items import DROPPED, HANDLERS
+from errortrack.projects.service import dsn
+from errortrack.server import create_server_app
+from errortrack.state import AppState
+from tests.ingest_support import (
+    ENCODERS,
+    create_project_in,
+    query_data_dir,
+    sentry_auth,
+)
+from tests.support import Server, scratch_database, server_env
+
+CAP = 10_000
+ENVELOPE_CAP = 300_000
+EVENT_ID = "9ec79c33ec9942ab8353589fcb2e04dc"
+
+
+def _event(message: str = "with attachment") -> bytes:
+    return orjson.dumps({"event_id": EVENT_ID, "message": message})
+
+
+def _item(kind: str, payload: bytes, *, length: bool = True, **header: object) -> bytes:
+    fields = {"type": kind, **header}
+    if length:
+        fields["length"] = len(payload)
+    return orjson.dumps(fields) + b"\n" + payload + b"\n"
+
+
+def _envelope(*items: bytes) -> bytes:
+    return orjson.dumps({"event_id": EVENT_ID}) + b"\n" + b"".join(items)
+
+
+def _noise(size: int) -> bytes:
+    # Incompressible, with newlines in it as binary files have.
+    return random.Random(size).randbytes(size)
+
+
+@pytest.fixture
+def capped(state, clickhouse):
+    small = dataclasses.replace(state.settings, max_body_bytes=CAP, max_envelope_bytes=ENVELOPE_CAP)
+    st = AppState.build(small, engine=state.engine, clickhouse=clickhouse, clock=state.clock)
+    yield st, falcon.testing.TestClient(create_server_app(state=st))
+    st.ingest.writer.spool.close()
+
+
+def _post(client, pid, key, body, **headers):
+    return client.simulate_post(
+        f"/api/{pid}/envelope/", body=body, headers={**sentry_auth(key), **headers}
+    )
+
+
+def _events(clickhouse, pid):
+    return clickhouse.query_rows(
+        "SELECT toString(event_id), payload FROM events WHERE project_id = {p:UInt64}", {"p": pid}
+    )
+
+
+@pytest.mark.parametrize("encoding", ["identity", "gzip", "deflate", "br"])
+def test_an_event_with_an_attachment_over_the_cap_is_stored(capped, project, clickhouse, encoding):
+    st, client = capped
+    pid, key = project
+    before = DROPPED.snapshot().get("attachment", 0)
+    body = _envelope(
+        _item("attachment", _noise(120_000), filename="app.log"),
+        _item("event", _event()),
+        _item("attachment", _noise(50_000), filename="second.bin"),
+    )
+    wire = ENCODERS[encoding](body)
+    assert len(wire) > CAP  # over the cap on the wire too: read as it arrives
+    resp = _post(client, pid, key, wire, **{"Content-Encoding": encoding})
+    assert resp.status_code == 200, resp.text
+    assert resp.json == {"id": EVENT_ID}
+    st.ingest.writer.drain()
+    ((event_id, payload),) = _events(clickhouse, pid)
+    assert event_id.replace("-", "") == EVENT_ID and orjson.loads(payload)["message"] == (
+        "with attachment"
+    )
+    assert DROPPED.snapshot()["attachment"] == before + 2
+
+
+def test_a_body_that_expands_past_the_cap_is_skimmed_from_memory(capped, project, clickhouse):
+    """zstd included: compressed under the cap, over it once decompressed."""
+    st, client = capped
+    pid, key = project
+    body = _envelope(_item("event", _event()), _item("attachment", b"\0" * 200_000))
+    for encoding in ("zstd", "gzip"):
+        wire = ENCODERS[encoding](body)
+        assert len(wire) < CAP
+        resp = _post(client, pid, key, wire, **{"Content-Encoding": encoding})
+        assert resp.status_code == 200, (encoding, resp.text)
+    st.ingest.writer.drain()
+    assert len(_events(clickhouse, pid)) == 1  # the same event id twice: stored once
+
+
+def test_what_is_kept_stays_capped_and_the_envelope_too(capped, project, clickhouse):
+    st, client = capped
+    pid, key = project
+    cases = {
+        # Items that are stored count, however many attachments come with them.
+        "event over the cap": _envelope(
+            _item("attachment", _noise(20_000)), _item("event", _event("x" * 12_000))
+        ),
+        # Without a length an item runs to the next newline: it is read, so it counts.
+        "attachment without length": _envelope(
+            _item("event", _event()), _item("attachment", b"a" * 20_000, length=False)
+        ),
+        "envelope over its cap": _envelope(
+            _item("event", _event()), _item("attachment", _noise(ENVELOPE_CAP))
+        ),
+    }
+    for name, body in cases.items():
+        resp = _post(client, pid, key, body)
+        assert resp.status_code == 413, (name, resp.text)
+        assert resp.json["error"]["code"] == "payload_too_large", name
+    # zstd is not read as it arrives: over the cap on the wire, it stays a 413.
+    wire = ENCODERS["zstd"](
+        _envelope(_item("event", _event()), _item("attachment", _noise(50_000)))
+    )
+    assert CAP < len(wire) < ENVELOPE_CAP
+    resp = _post(client, pid, key, wire, **{"Content-Encoding": "zstd"})
+    assert resp.status_code == 413 and "zstd" in resp.json["error"]["message"], resp.text
+    st.ingest.writer.drain()
+    assert _events(clickhouse, pid) == []
+
+
+def test_a_skipped_payload_must_be_whole(capped, project, clickhouse):
+    st, client = capped
+    pid, key = project
+    attachment = _noise(30_000)
+    header = orjson.dumps({"type": "attachment", "length": len(attachment) + 5})
+    truncated = _envelope(_item("event", _event())) + header + b"\n" + attachment
+    resp = _post(client, pid, key, truncated)
+    assert resp.status_code == 400, resp.text
+    assert "item 2 (attachment) is truncated" in resp.json["error"]["message"]
+    short = orjson.dumps({"type": "attachment", "length": len(attachment) - 5})
+    wrong = _envelope(short + b"\n" + attachment + b"\n", _item("event", _event()))
+    resp = _post(client, pid, key, wrong)
+    assert resp.status_code == 400, resp.text
+    assert "item 1 (attachment)" in resp.json["error"]["message"]
+    assert "is the length wrong" in resp.json["error"]["message"]
+    # A kept item's errors are envelope.parse's own, numbered as sent.
+    bad = _envelope(_item("attachment", _noise(30_000)), _item("event", b"{nope"))
+    resp = _post(client, pid, key, bad)
+    assert resp.status_code == 400 and "event" in resp.json["error"]["message"], resp.text
+    st.ingest.writer.drain()
+    assert _events(clickhouse, pid) == []
+
+
+def test_a_declared_length_over_the_envelope_cap_is_refused_before_reading():
+    class Unread:
+        async def read(self, size: int | None = None, /) -> bytes:
+            raise AssertionError("the body was read")
+
+    with pytest.raises(PayloadTooLarge):
+        asyncio.run(skim.read_envelope(Unread(), ENVELOPE_CAP + 1, None, bool, CAP, ENVELOPE_CAP))
+
+
+def test_the_skimmer_gives_the_same_envelope_however_the_body_is_cut():
+    """Fed in pieces of every size from 1 byte, the kept envelope parses into the items
+    sent, each not stored left with its header and no payload."""
+    items = [
+        _item("event", _event()),
+        _item("attachment", _noise(3_000), filename="a\nb.bin"),
+        b"\n",  # a blank line between items
+        _item("log", b'{"items":[{"body":"x"}]}', length=False),
+        _item("attachment", b""),
+        _item("replay_recording", _noise(500)),
+        _item("transaction", b'{"x":1}'),
+    ]
+    body = _envelope(*items)[:-1]  # no final newline
+    expected = envelope.parse(body)
+    for size in (1, 2, 7, 64, 4096, len(body)):
+        skimmer = skim.Skimmer(HANDLERS.__contains__, 1_000, 10_000)
+        for i in range(0, len(body), size):
+            skimmer.feed(body[i : i + size])
+        kept = envelope.parse(skimmer.end())
+        assert kept.header == expected.header
+        assert len(kept.items) == len(expected.items)
+        for (got_header, got), (sent_header, sent) in zip(kept.items, expected.items, strict=True):
+            assert got_header["type"] == sent_header["type"]
+            if sent_header["type"] in HANDLERS:
+                assert (got_header, got) == (sent_header, sent)
+            else:
+                assert got == b"" and got_header["length"] == 0
+                assert got_header.get("filename") == sent_header.get("filename")
+
+
+_SDK_APP = textwrap.dedent(
+    """
+    import os, sys
+    import sentry_sdk
+    sentry_sdk.init(dsn=sys.argv[1], default_integrations=False)
+    sentry_sdk.get_isolation_scope().add_attachment(
+        bytes=os.urandom(int(sys.argv[2])), filename="core.bin"
+    )
+    print(sentry_sdk.capture_message("crashed with a large attachment"))
+    sentry_sdk.flush()
+    """
+)
+
+
+def test_the_python_sdk_event_with_a_large_attachment_is_stored(tmp_path):
+    """The real sentry-sdk (brotli, over a socket) sends a 3 MB attachment to a server whose
+    body cap is 1 MB: its event is stored."""
+    data = tmp_path / "data"
+    with scratch_database(tmp_path) as url:
+        env = server_env(data, url, ERRORTRACK_MAX_BODY_BYTES="1000000")
+        server = Server(env).start()
+        try:
+            pid, key = create_project_in(url)
+            done = subprocess.run(
+                [sys.executable, "-c", _SDK_APP, dsn(server.url, key, pid), "3000000"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={**os.environ, "SENTRY_DEBUG": "0"},
+            )
+            assert done.returncode == 0, done.stderr
+        finally:
+            server.stop()
+        assert "Traceback" not in server.log(), server.log()
+    event_id = done.stdout.strip()
+    rows = query_data_dir(
+        data, f"SELECT toString(event_id) AS id FROM events WHERE project_id = {pid}"
+    )
+    assert [r["id"].replace("-", "") for r in rows] == [event_id]
