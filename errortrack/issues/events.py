@@ -41,7 +41,7 @@ def handle_event(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> I
     from errortrack.ingest.items import ItemRows
     from errortrack.traces import transactions
 
-    event = parse(payload)
+    event = modern(parse(payload))
     if event.get("type") == "transaction":
         # Old SDKs (and /store/) send transactions as plain events. Read again as the
         # transaction item is, so that integers beyond 64 bits keep their digits (orjson
@@ -50,6 +50,36 @@ def handle_event(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> I
     event_id = event_id_of(event, ctx.envelope_header)
     row = event_row(event, payload, event_id, ctx)
     return ItemRows(events=[row], event_id=event_id)
+
+
+# The pre-2018 protocol's names, which raven clients (raven-python, raven-js 1.x, old PHP
+# and Ruby clients) send, and Relay reads as the modern ones (relay-event-schema,
+# protocol/event.rs, ``legacy_alias``). Until the twenty-third session they were ignored:
+# every such error was one "<unlabeled event>" issue.
+_LEGACY_NAMES = {
+    "sentry.interfaces.Exception": "exception",
+    "sentry.interfaces.Message": "logentry",
+    "sentry.interfaces.Stacktrace": "stacktrace",
+    "sentry.interfaces.Template": "template",
+    "sentry.interfaces.User": "user",
+    "sentry.interfaces.Http": "request",
+    "sentry.interfaces.Contexts": "contexts",
+    "sentry.interfaces.Breadcrumbs": "breadcrumbs",
+}
+_LEGACY_PREFIX = "sentry.interfaces."
+
+
+def modern(event: dict[str, Any]) -> dict[str, Any]:
+    """The event with legacy interface names read as the modern ones (a modern name sent
+    too wins, as in Relay), for the fields ingest derives; the payload is stored as sent."""
+    if not any(key.startswith(_LEGACY_PREFIX) for key in event):
+        return event
+    out = dict(event)
+    for old, new in _LEGACY_NAMES.items():
+        if old in out:
+            value = out.pop(old)
+            out.setdefault(new, value)
+    return out
 
 
 def parse(payload: bytes, *, what: str = "event payload") -> dict[str, Any]:

@@ -116,13 +116,34 @@ def normalise_message(text: str) -> str:
     return _NUMBER.sub("<num>", text).strip()
 
 
+def values_of(container: Any) -> list[dict[str, Any]]:
+    """The objects of a list interface (``exception``, ``threads``) as Relay reads one
+    (``Values::from_value``): a list, ``{"values": [...]}``, or one object without
+    ``values`` standing for a list of itself (raven-js 1.x and old PHP clients send a
+    single exception so: it was read as none, and every such error was one issue)."""
+    if isinstance(container, dict):
+        if "values" in container:
+            container = container["values"]
+        elif container:
+            container = [container]
+    if not isinstance(container, list):
+        return []
+    return [v for v in container if isinstance(v, dict)]
+
+
 def exceptions(event: dict[str, Any]) -> list[dict[str, Any]]:
     """The exception chain, oldest first (the last value is the one that was raised)."""
-    exc = event.get("exception")
-    values = exc.get("values") if isinstance(exc, dict) else exc
-    if not isinstance(values, list):
-        return []
-    return [v for v in values if isinstance(v, dict)]
+    values = values_of(event.get("exception"))
+    # An exception's stack trace under its legacy name (raven-python), as Relay reads it.
+    return [
+        {**v, "stacktrace": v[_LEGACY_STACKTRACE]}
+        if _LEGACY_STACKTRACE in v and "stacktrace" not in v
+        else v
+        for v in values
+    ]
+
+
+_LEGACY_STACKTRACE = "sentry.interfaces.Stacktrace"
 
 
 def _text(value: Any) -> str:
@@ -447,11 +468,7 @@ def _exception_parts(values: list[dict[str, Any]], platform: str) -> list[str] |
 
 def _thread_stacktrace(event: dict[str, Any]) -> Any:
     """Sentry's choice: the one crashed thread, else the one current, else the only one."""
-    threads = event.get("threads")
-    values = threads.get("values") if isinstance(threads, dict) else threads
-    if not isinstance(values, list):
-        return None
-    candidates = [t for t in values if isinstance(t, dict)]
+    candidates = values_of(event.get("threads"))
     for flag in ("crashed", "current"):
         chosen = [t for t in candidates if t.get(flag) is True]
         if len(chosen) == 1:
@@ -500,9 +517,8 @@ def _crash_frame(event: dict[str, Any]) -> dict[str, Any] | None:
     if not frames:
         frames = _raw_frames(event.get("stacktrace"))
     if not frames:
-        threads = event.get("threads")
-        threads = threads.get("values") if isinstance(threads, dict) else threads
-        if isinstance(threads, list) and len(threads) == 1 and isinstance(threads[0], dict):
+        threads = values_of(event.get("threads"))
+        if len(threads) == 1:
             frames = _raw_frames(threads[0].get("stacktrace"))
     fallback = None
     for frame in reversed(frames):

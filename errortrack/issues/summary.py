@@ -132,8 +132,15 @@ def culprit(event: dict[str, Any]) -> str:
     return _clip(transaction, CULPRIT_MAX) if isinstance(transaction, str) else ""
 
 
+# Python's logging levels, which raven-python sends as numbers (``record.levelno``);
+# Relay reads these five (Level::from_python_level) and no other number.
+_PYTHON_LEVELS = {10: "debug", 20: "info", 30: "warning", 40: "error", 50: "fatal"}
+
+
 def level(event: dict[str, Any]) -> str:
     raw = event.get("level")
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return _PYTHON_LEVELS.get(raw, "error")
     if not isinstance(raw, str) or not raw.strip():
         return "error"
     value = raw.strip().lower()

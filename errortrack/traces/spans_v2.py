@@ -92,21 +92,50 @@ def _times(span: Any) -> Times:
     return timestamps.finite(start), timestamps.finite(end)
 
 
+def _is_segment(span: Any) -> bool:
+    """A segment (a transaction's root): ``is_segment: true``, or, when the SDK does not
+    say (sentry-php sends no ``is_segment``, nor ``sentry.segment.id``), a span without
+    a parent, as Sentry's span buffer finds segments by their parent links."""
+    if not isinstance(span, dict):
+        return False
+    flag = span.get("is_segment")
+    return flag is True or (flag is None and not span_hex(span, "parent_span_id"))
+
+
+def _segments(spans: list[Any]) -> dict[str, Any]:
+    """Each span id's segment among the item's spans, by parent links (for SDKs that
+    name no ``sentry.segment.id``); a chain that leaves the item, or loops, finds none."""
+    by_id = {span_hex(s, "span_id"): s for s in spans if isinstance(s, dict)}
+    found: dict[str, Any] = {}
+    for span_id, span in by_id.items():
+        seen = {span_id}
+        node: dict[str, Any] | None = span
+        while node is not None and not _is_segment(node):
+            parent = span_hex(node, "parent_span_id")
+            if parent in seen or parent not in by_id:
+                node = None
+                break
+            seen.add(parent)
+            node = by_id[parent]
+        if node is not None:
+            found[span_id] = node
+    return found
+
+
 def rows(spans: list[Any], ctx: ItemContext) -> list[dict[str, Any]]:
     times = [_times(span) for span in spans]
     segment = next(
-        (
-            i
-            for i, span in enumerate(spans)
-            if times[i][0] is not None and span.get("is_segment") is True
-        ),
+        (i for i, span in enumerate(spans) if times[i][0] is not None and _is_segment(span)),
         None,
     )
     placed = place_item(times, segment, ctx.received_at.timestamp(), ctx.drift)
-    return [_row(span, i, ctx, *placed[i]) for i, span in enumerate(spans)]
+    segments = _segments(spans)
+    return [_row(span, i, ctx, *placed[i], segments) for i, span in enumerate(spans)]
 
 
-def _row(span: Any, index: int, ctx: ItemContext, start: float, end: float) -> dict[str, Any]:
+def _row(
+    span: Any, index: int, ctx: ItemContext, start: float, end: float, segments: dict[str, Any]
+) -> dict[str, Any]:
     if not isinstance(span, dict) or not hex_id(span, "trace_id") or not span_hex(span, "span_id"):
         raise BadRequest(f"span {index} needs a trace_id and a span_id")
     attributes = span.get("attributes")
@@ -114,17 +143,18 @@ def _row(span: Any, index: int, ctx: ItemContext, start: float, end: float) -> d
         attributes = {}
     elif not isinstance(attributes, dict):
         raise BadRequest(f"span {index}: attributes must be an object")
-    is_segment = span.get("is_segment") is True
+    is_segment = _is_segment(span)
     name = text(span, "name")
+    root = segments.get(span_hex(span, "span_id"))
     return span_row(
         project_id=ctx.project_id,
         trace_id=hex_id(span, "trace_id"),
         span_id=span_hex(span, "span_id"),
         parent_span_id=span_hex(span, "parent_span_id"),
         segment_id=_attribute_text(attributes, "sentry.segment.id").lower()
-        or (span_hex(span, "span_id") if is_segment else ""),
+        or (span_hex(root, "span_id") if root is not None else ""),
         segment_name=_attribute_text(attributes, "sentry.segment.name")
-        or (name if is_segment else ""),
+        or (text(root, "name") if root is not None else ""),
         is_segment=is_segment,
         op=_attribute_text(attributes, "sentry.op"),
         description=name,

@@ -405,3 +405,97 @@ def test_span_v2_values_beyond_a_double_or_nesting_are_stored_or_400_never_500(c
     assert RECEIVED.timestamp() - 2 <= row["start_timestamp"] <= RECEIVED.timestamp()
     orjson.dumps(row)  # the spool's encoder takes it
     assert row["attr_float"] == expect
+
+
+def _event_row(event):
+    [row] = handle_event(orjson.dumps(event), {}, ctx()).events
+    return row
+
+
+def test_legacy_interface_names_are_read_as_relay_reads_them():
+    """raven-python sends ``sentry.interfaces.Exception`` (with the stack trace under its
+    legacy name too), raven-js 1.x one exception object without ``values``: each was read
+    as no exception, and all such errors were one "<unlabeled event>" issue."""
+    frames = {"frames": [{"module": "shop.cart", "function": "total", "in_app": True}]}
+    legacy = {
+        "sentry.interfaces.Exception": {
+            "values": [
+                {
+                    "type": "ZeroDivisionError",
+                    "value": "division by zero",
+                    "sentry.interfaces.Stacktrace": frames,
+                }
+            ]
+        },
+        "platform": "python",
+    }
+    modern = {
+        "exception": {
+            "values": [
+                {"type": "ZeroDivisionError", "value": "division by zero", "stacktrace": frames}
+            ]
+        },
+        "platform": "python",
+    }
+    row = _event_row(legacy)
+    assert row["title"] == "ZeroDivisionError: division by zero"
+    assert row["culprit"] == _event_row(modern)["culprit"] != ""
+    assert row["fingerprint"] == _event_row(modern)["fingerprint"]
+    single = {"exception": {"type": "KeyError", "value": "'sku'"}}
+    other = {"sentry.interfaces.Exception": {"type": "TypeError", "value": "bad"}}
+    assert _event_row(single)["title"] == "KeyError: 'sku'"
+    assert _event_row(other)["title"] == "TypeError: bad"
+    assert _event_row(single)["fingerprint"] != _event_row(other)["fingerprint"]
+    # Messages and users under their legacy names, and a modern name sent too wins.
+    message = {"sentry.interfaces.Message": {"message": "cache miss for %s", "params": ["a"]}}
+    assert (
+        _event_row(message)["title"]
+        == _event_row({"logentry": message["sentry.interfaces.Message"]})["title"]
+        != "<unlabeled event>"
+    )
+    user = {"message": "x", "sentry.interfaces.User": {"id": "42"}}
+    assert _event_row(user)["user_key"] == "id:42"
+    both = {**single, "sentry.interfaces.Exception": {"type": "TypeError"}}
+    assert _event_row(both)["title"] == "KeyError: 'sku'"
+    # The payload is stored as sent.
+    assert b"sentry.interfaces.Exception" in orjson.dumps(_event_row(other)["payload"])
+
+
+def test_python_logging_levels_sent_as_numbers():
+    """raven-python sends ``record.levelno``; Relay reads Python's five levels."""
+    levels = {10: "debug", 20: "info", 30: "warning", 40: "error", 50: "fatal", 35: "error"}
+    for number, name in levels.items():
+        assert _event_row({"message": "m", "level": number})["level"] == name, number
+    assert _event_row({"message": "m", "level": True})["level"] == "error"
+
+
+def test_streamed_spans_without_is_segment_find_their_segment_by_parent_links():
+    """sentry-php streams spans with no ``is_segment`` and no ``sentry.segment.id``: the
+    root (no parent) is the segment, and its descendants in the item belong to it."""
+    trace = "ab" * 16
+    spans = [
+        {"trace_id": trace, "span_id": "c" * 16, "parent_span_id": "a" * 16, "name": "SELECT"},
+        {"trace_id": trace, "span_id": "a" * 16, "parent_span_id": "", "name": "GET /cart"},
+        {"trace_id": trace, "span_id": "b" * 16, "parent_span_id": "a" * 16, "name": "render"},
+        # A parent outside the item: no segment is guessed.
+        {"trace_id": trace, "span_id": "d" * 16, "parent_span_id": "e" * 16, "name": "late"},
+    ]
+    for span in spans:
+        span.update(start_timestamp=1_795_000_000.0, end_timestamp=1_795_000_001.0)
+    payload = orjson.dumps({"version": 2, "items": spans})
+    rows = {r["span_id"]: r for r in handle_span(payload, {}, ctx()).spans}
+    assert [rows[s]["is_segment"] for s in ("a" * 16, "b" * 16, "c" * 16, "d" * 16)] == [
+        True,
+        False,
+        False,
+        False,
+    ]
+    for span_id in ("a" * 16, "b" * 16, "c" * 16):
+        assert rows[span_id]["segment_id"] == "a" * 16
+        assert rows[span_id]["segment_name"] == "GET /cart"
+    assert rows["d" * 16]["segment_id"] == "" and rows["d" * 16]["segment_name"] == ""
+    # An explicit is_segment: false stays false, as Node 11 says it.
+    spans[1]["is_segment"] = False
+    payload = orjson.dumps({"version": 2, "items": spans})
+    rows = {r["span_id"]: r for r in handle_span(payload, {}, ctx()).spans}
+    assert not any(r["is_segment"] for r in rows.values())
