@@ -69,6 +69,15 @@ class NotSupported(ErrortrackError):
     code = "not_supported"
 
 
+class RequestTimeout(ErrortrackError):
+    """The request's body did not arrive whole: the client went away, or sent nothing
+    for the server's wait (gunicorn's ``timeout``) or the whole body's deadline. Nothing
+    of it is acted on; a client still there gets this answer."""
+
+    status = 408
+    code = "request_timeout"
+
+
 class PayloadTooLarge(ErrortrackError):
     status = 413
     code = "payload_too_large"

@@ -17,12 +17,16 @@ from urllib.parse import unquote_to_bytes
 
 import falcon
 import falcon.asgi
+import orjson
 from a2wsgi import WSGIMiddleware
 
 from errortrack.api import health
 from errortrack.api import ingest as ingest_api
+from errortrack.api.errors import error_body
+from errortrack.api.schemas import MAX_BODY_BYTES
 from errortrack.app import configure, create_app
 from errortrack.config import Settings
+from errortrack.errors import ErrortrackError, RequestTimeout
 from errortrack.ingest import runtime as ingest_runtime
 from errortrack.issues.grouping import GroupingHook
 from errortrack.state import AppState
@@ -69,7 +73,8 @@ class ServerApp:
         if kind == "http" and (
             _INGEST.fullmatch(scope["path"]) or _READYZ.fullmatch(scope["path"])
         ):
-            await self.ingest(scope, receive, send)
+            body = ingest_api.IngestBody(receive)
+            await self.ingest({**scope, ingest_api.IngestBody.KEY: body}, body, send)
         elif (
             kind == "http"
             and scope["method"] in ("GET", "HEAD")
@@ -77,10 +82,95 @@ class ServerApp:
         ):
             await _healthz(scope, send)
         elif kind == "http":
-            await self.api(scope, receive, send)
+            await self._api(scope, receive, send)
         elif kind == "lifespan":
             await _lifespan(self.lifecycle, receive, send)
         # Websockets: none are served; the server closes the connection.
+
+    async def _api(self, scope: Any, receive: Any, send: Any) -> None:
+        """The management API, its request body read here on the loop first: a2wsgi
+        reads it in the request's thread, so eight clients trickling a login body a byte
+        at a time held all eight threads and the whole API (HTTP review, twenty-third
+        session). Bodies are small (``MAX_BODY_BYTES``); past that, the app sees what
+        was read and refuses it (413)."""
+        # ASGI allows any iterable of headers, each any iterable of two (falcon's test
+        # client sends one-shot iterators for both): read them once, as tuples.
+        scope = {**scope, "headers": [tuple(h) for h in scope.get("headers", ())]}
+        if not _has_body(scope["headers"]):
+            await self.api(scope, receive, send)
+            return
+        try:
+            body = await asyncio.wait_for(_read_body(receive, MAX_BODY_BYTES + 1), API_BODY_SECONDS)
+        except TimeoutError:
+            await _answer(
+                send, RequestTimeout(f"the request body did not arrive within {API_BODY_SECONDS} s")
+            )
+            return
+        if body is None:
+            return  # the client went away: nobody to answer
+        # a2wsgi types the events as TypedDicts; these are the same dicts.
+        await self.api(scope, _Replay(body, receive), send)  # type: ignore[arg-type]
+
+
+# Seconds a management request's body may take to arrive whole.
+API_BODY_SECONDS = 30
+
+
+def _has_body(headers: list[Any]) -> bool:
+    for name, value in headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
+
+
+async def _read_body(receive: Any, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of the body (more are the app's to refuse), or None when
+    the client went away first."""
+    parts: list[bytes] = []
+    size = 0
+    while size < limit:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        parts.append(chunk)
+        size += len(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(parts)
+
+
+class _Replay:
+    """``receive`` for the WSGI app: the body read on the loop, then the client's own."""
+
+    __slots__ = ("_body", "_receive")
+
+    def __init__(self, body: bytes, receive: Any) -> None:
+        self._body: bytes | None = body
+        self._receive = receive
+
+    async def __call__(self) -> dict[str, Any]:
+        if self._body is None:
+            message: dict[str, Any] = await self._receive()
+            return message
+        body, self._body = self._body, None
+        return {"type": "http.request", "body": body, "more_body": False}
+
+
+async def _answer(send: Any, error: ErrortrackError) -> None:
+    body = orjson.dumps(error_body(error.code, error.message, error.field))
+    await send(
+        {
+            "type": "http.response.start",
+            "status": error.status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 # An absolute-form request target's scheme and authority ("http://host:port").

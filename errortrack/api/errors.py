@@ -28,6 +28,7 @@ _FALCON_CODES = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     411: "length_required",
     413: "payload_too_large",
     415: "unsupported_media_type",
@@ -126,8 +127,17 @@ def _analytics_error(req: falcon.Request, resp: falcon.Response, ex: Exception, 
     # driver both name the error so. Any other query error is a bug: a 500.
     if "TIMEOUT_EXCEEDED" in str(ex):
         _timed_out("analytics", req, resp, p)
+    elif _CHDB_ENGINE_BUSY in str(ex):
+        # The embedded engine's directory is held by another process: during a reload
+        # (SIGHUP) the old worker holds it while it drains, and every API read was a 500
+        # with a traceback. /readyz says 503 then too.
+        _unavailable("analytics")(req, resp, ex, p)
     else:
         _unexpected(req, resp, ex, p)
+
+
+# chDB's words (through clickhouse-connect) when it cannot open its directory.
+_CHDB_ENGINE_BUSY = "Unable to open the chdb engine"
 
 
 _HANDLERS: list[tuple[type[Exception], Any]] = [

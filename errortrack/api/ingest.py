@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import io
+from typing import Any
 
 import falcon
 import falcon.asgi
 
-from errortrack.errors import Unauthorized
+from errortrack.errors import RequestTimeout, Unauthorized
 from errortrack.ingest import auth, body, envelope, items, service, skim
 
 # A browser SDK reads the rate-limit headers of the POST's answer only when it names them.
@@ -32,6 +33,45 @@ CORS = {
     "Access-Control-Max-Age": "3600",
 }
 ENVELOPE_TYPE = "application/x-sentry-envelope"
+
+
+class IngestBody:
+    """The ingest app's ``receive``, which remembers whether the body arrived whole.
+
+    gunicorn reports a client that went away, or that sent nothing for its ``timeout``,
+    as ``http.disconnect``, and Falcon's stream reads that as the end of the body: what
+    had arrived was parsed and stored, and a stalled client even got a 200, for part of
+    what it sent (HTTP review). ``cut`` says so, and the resource refuses the request
+    (``below``). The first call answers an empty chunk without asking the server:
+    Falcon asks before routing, and gunicorn sent ``100 Continue`` on that ask, so a
+    client waiting for it uploaded its body even when the key was refused."""
+
+    KEY = "errortrack.ingest_body"
+    __slots__ = ("_asked", "_receive", "_whole", "cut")
+
+    def __init__(self, receive: Any) -> None:
+        self._receive = receive
+        self._asked = False
+        self._whole = False
+        self.cut = False
+
+    async def __call__(self) -> dict[str, Any]:
+        if not self._asked:
+            self._asked = True
+            return {"type": "http.request", "body": b"", "more_body": True}
+        message: dict[str, Any] = await self._receive()
+        kind = message["type"]
+        if kind == "http.request" and not message.get("more_body", False):
+            self._whole = True
+        elif kind == "http.disconnect" and not self._whole:
+            self.cut = True
+        return message
+
+
+def body_cut(scope: dict[str, Any]) -> bool:
+    """Whether the request's body ended before it was whole (``IngestBody``)."""
+    body = scope.get(IngestBody.KEY)
+    return body is not None and body.cut
 
 
 class _IngestResource:
@@ -84,6 +124,12 @@ class _IngestResource:
         # second lookup then would be a second query.
         info = None if key is None else await self._authorize(project_id, key)
         data = await self.read(req)
+        if body_cut(req.scope):
+            # Nothing of a body that did not arrive whole is stored (server.IngestBody).
+            raise RequestTimeout(
+                "the request body ended before it was whole (the client went away or "
+                "stopped sending); nothing of it was stored"
+            )
         accepted = await self.accept(project_id, info, data, req.content_type)
         await self.ingest.store(accepted)
         if accepted.rate_limits:

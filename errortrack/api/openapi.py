@@ -143,7 +143,7 @@ def _errors(doc: ApiDoc, has_path_params: bool) -> dict[str, Any]:
         wanted.add("404")
     error = {"application/json": {"schema": Error}}
     responses = {code: {"description": _ERRORS[code], "content": error} for code in sorted(wanted)}
-    # Everything else (405, 409, 410, 413, 429, 5xx) has the same body.
+    # Everything else (405, 408, 409, 410, 413, 429, 5xx) has the same body.
     responses["default"] = {"description": "Any other error", "content": error}
     return responses
 

@@ -1,0 +1,227 @@
+"""Clients that go away, stall or trickle (HTTP review, twenty-third session): a body that
+did not arrive whole is never stored, a refused key is answered before the body is
+asked for, slow management bodies hold no API thread, and a busy embedded engine is a
+503, not a 500."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import socket
+import subprocess
+import sys
+import time
+
+import falcon.testing
+import httpx
+import orjson
+
+from errortrack import server
+from errortrack.analytics import ClickHouse
+from errortrack.server import create_server_app
+from errortrack.state import AppState
+from tests.access_world import build_world
+from tests.ingest_support import create_project_in, query_data_dir
+from tests.support import Server, scratch_database, served_with_token, server_env
+
+
+def _envelope(*bodies: str) -> bytes:
+    items = b"".join(
+        b'{"type":"log"}\n' + orjson.dumps({"items": [{"body": body, "level": "info"}]}) + b"\n"
+        for body in bodies
+    )
+    return b"{}\n" + items
+
+
+def _request(port: int, head: str, body: bytes = b"") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(head.encode() + body)
+    return sock
+
+
+def _answer(sock: socket.socket) -> bytes:
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+            if b"\r\n\r\n" in data and not data.startswith(b"HTTP/1.1 100"):
+                break
+    except TimeoutError:
+        pass
+    return data
+
+
+def test_a_body_cut_short_stores_nothing_and_a_refused_key_gets_no_100(tmp_path):
+    data = tmp_path / "data"
+    with scratch_database(tmp_path) as url:
+        server_ = Server(server_env(data, url)).start()
+        try:
+            pid, key = create_project_in(url)
+            port = int(server_.url.rsplit(":", 1)[1])
+            auth = f"X-Sentry-Auth: Sentry sentry_key={key}\r\n"
+            whole = _envelope("kept")
+            cut = _envelope("first half", "second half")
+            # The client sends half of what its Content-Length says, then goes away.
+            for shut in (socket.SHUT_RDWR, None):
+                sock = _request(
+                    port,
+                    f"POST /api/{pid}/envelope/ HTTP/1.1\r\nHost: x\r\n{auth}"
+                    f"Content-Length: {len(cut)}\r\n\r\n",
+                    cut[: len(cut) - 20],
+                )
+                if shut is not None:
+                    sock.shutdown(shut)
+                sock.close()
+            # A chunked body that ends without its last chunk.
+            sock = _request(
+                port,
+                f"POST /api/{pid}/envelope/ HTTP/1.1\r\nHost: x\r\n{auth}"
+                "Transfer-Encoding: chunked\r\n\r\n",
+                b"%x\r\n%s\r\n" % (len(cut) - 20, cut[: len(cut) - 20]),
+            )
+            time.sleep(0.3)
+            sock.close()
+            # Expect: 100-continue with a refused key: the 403 comes without a 100 first
+            # (the client would otherwise upload its whole body for nothing).
+            sock = _request(
+                port,
+                f"POST /api/{pid}/envelope/ HTTP/1.1\r\nHost: x\r\n"
+                "X-Sentry-Auth: Sentry sentry_key=0123456789abcdef0123456789abcdef\r\n"
+                "Expect: 100-continue\r\nContent-Length: 2000000\r\n\r\n",
+            )
+            answer = _answer(sock)
+            sock.close()
+            assert answer.startswith(b"HTTP/1.1 403"), answer[:200]
+            # With a good key the 100 comes once the body is asked for, and the 200 after.
+            sock = _request(
+                port,
+                f"POST /api/{pid}/envelope/ HTTP/1.1\r\nHost: x\r\n{auth}"
+                f"Expect: 100-continue\r\nContent-Length: {len(whole)}\r\n\r\n",
+            )
+            assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue"), "no 100 Continue"
+            sock.sendall(whole)
+            answer = _answer(sock)
+            sock.close()
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        finally:
+            server_.stop()
+        assert "Traceback" not in server_.log(), server_.log()
+    rows = query_data_dir(data, f"SELECT body FROM logs WHERE project_id = {pid}")
+    assert [r["body"] for r in rows] == ["kept"]
+
+
+def test_slow_management_bodies_hold_no_api_thread(tmp_path):
+    """Ten clients trickle a login body (more than the API's two threads here): other API
+    requests are answered meanwhile."""
+    with served_with_token(tmp_path) as (served, token):
+        port = int(served.url.rsplit(":", 1)[1])
+        slow = [
+            _request(
+                port,
+                "POST /auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                "Content-Length: 100\r\n\r\n",
+                b'{"email": ',
+            )
+            for _ in range(10)
+        ]
+        try:
+            time.sleep(0.5)
+            started = time.monotonic()
+            me = httpx.get(
+                f"{served.url}/api/me", headers={"Authorization": f"Bearer {token}"}, timeout=20
+            )
+            assert me.status_code == 200, me.text
+            assert time.monotonic() - started < 5
+        finally:
+            for sock in slow:
+                sock.close()
+
+
+def test_a_management_body_that_never_ends_is_408(state, monkeypatch):
+    monkeypatch.setattr(server, "API_BODY_SECONDS", 0.2)
+    app = create_server_app(state=state)
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        if not sent and not getattr(receive, "started", False):
+            receive.started = True  # type: ignore[attr-defined]
+            return {"type": "http.request", "body": b'{"em', "more_body": True}
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/auth/login",
+        "raw_path": b"/auth/login",
+        "query_string": b"",
+        "headers": [(b"content-length", b"100"), (b"content-type", b"application/json")],
+        "http_version": "1.1",
+        "scheme": "http",
+        "server": ("127.0.0.1", 8000),
+        "client": ("127.0.0.1", 5000),
+        "root_path": "",
+    }
+    asyncio.run(asyncio.wait_for(app(scope, receive, send), 10))
+    assert sent[0]["status"] == 408
+    assert orjson.loads(sent[1]["body"])["error"]["code"] == "request_timeout"
+
+
+def test_an_embedded_engine_held_by_another_process_is_503(state, tmp_path):
+    """During a reload the old worker holds chDB's directory while it drains: the new
+    worker's API reads were 500s with a traceback; /readyz said 503."""
+    held = tmp_path / "held"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, clickhouse_connect;"
+            f"clickhouse_connect.get_client(dsn='chdb://{held}').command('SELECT 1');"
+            "print('ready', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        busy = AppState.build(
+            state.settings,
+            engine=state.engine,
+            clickhouse=ClickHouse(f"chdb://{held}"),
+            clock=state.clock,
+        )
+        client = falcon.testing.TestClient(create_server_app(state=busy))
+        world = build_world(busy, client)
+        got = world.call("primary", "GET", f"/api/projects/{world.project_id}/logs")
+        assert got.status_code == 503, got.text
+        assert got.json["error"]["code"] == "unavailable"
+        assert got.headers["retry-after"] == "5"
+    finally:
+        holder.communicate("", timeout=30)
+
+
+def test_ingest_answers_while_management_bodies_trickle(tmp_path):
+    """The pre-read runs on the loop: ingest and the probes go on meanwhile."""
+    with served_with_token(tmp_path) as (served, _token):
+        port = int(served.url.rsplit(":", 1)[1])
+        slow = [
+            _request(
+                port,
+                "POST /auth/login HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
+                b"{",
+            )
+            for _ in range(20)
+        ]
+        try:
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                probes = list(
+                    pool.map(lambda _: httpx.get(f"{served.url}/readyz", timeout=10), range(8))
+                )
+            assert all(p.status_code == 200 for p in probes)
+        finally:
+            for sock in slow:
+                sock.close()
