@@ -102,12 +102,18 @@ class ServerApp:
         try:
             body = await asyncio.wait_for(_read_body(receive, MAX_BODY_BYTES + 1), API_BODY_SECONDS)
         except TimeoutError:
+            body = None
+        if body is None:
+            # Too slow, or cut off: gunicorn says "disconnect" both for a client gone and
+            # for one silent for its timeout, who is still there to read the answer (it
+            # got gunicorn's plain-text 500 when nothing was sent).
             await _answer(
-                send, RequestTimeout(f"the request body did not arrive within {API_BODY_SECONDS} s")
+                send,
+                RequestTimeout(
+                    f"the request body did not arrive whole within {API_BODY_SECONDS} s"
+                ),
             )
             return
-        if body is None:
-            return  # the client went away: nobody to answer
         # a2wsgi types the events as TypedDicts; these are the same dicts.
         await self.api(scope, _Replay(body, receive), send)  # type: ignore[arg-type]
 
@@ -158,6 +164,8 @@ class _Replay:
 
 
 async def _answer(send: Any, error: ErrortrackError) -> None:
+    """``error`` in the one JSON shape, from outside either app; a client already gone
+    is not an error (gunicorn drops what is sent to a closed connection)."""
     body = orjson.dumps(error_body(error.code, error.message, error.field))
     await send(
         {
