@@ -73,7 +73,10 @@ class ServerApp:
         if kind == "http" and (
             _INGEST.fullmatch(scope["path"]) or _READYZ.fullmatch(scope["path"])
         ):
-            body = ingest_api.IngestBody(receive)
+            headers = scope.get("headers")
+            # gunicorn gives a list (other servers may give a one-shot iterable: not read).
+            expect = isinstance(headers, list) and any(h[0] == b"expect" for h in headers)
+            body = ingest_api.IngestBody(receive, defer=expect)
             await self.ingest({**scope, ingest_api.IngestBody.KEY: body}, body, send)
         elif (
             kind == "http"

@@ -42,16 +42,20 @@ class IngestBody:
     as ``http.disconnect``, and Falcon's stream reads that as the end of the body: what
     had arrived was parsed and stored, and a stalled client even got a 200, for part of
     what it sent (HTTP review). ``cut`` says so, and the resource refuses the request
-    (``below``). The first call answers an empty chunk without asking the server:
-    Falcon asks before routing, and gunicorn sent ``100 Continue`` on that ask, so a
-    client waiting for it uploaded its body even when the key was refused."""
+    (``_IngestResource.on_post``).
+
+    For a request that says ``Expect: 100-continue`` (``defer``), the first call answers
+    an empty chunk without asking the server: Falcon asks before routing, and gunicorn
+    sent ``100 Continue`` on that ask, so a client waiting for it uploaded its body even
+    when the key was refused. Other requests are asked at once, as before: a client that
+    sends its whole body and closes has it taken before the loop can see the close."""
 
     KEY = "errortrack.ingest_body"
     __slots__ = ("_asked", "_receive", "_whole", "cut")
 
-    def __init__(self, receive: Any) -> None:
+    def __init__(self, receive: Any, *, defer: bool = False) -> None:
         self._receive = receive
-        self._asked = False
+        self._asked = not defer
         self._whole = False
         self.cut = False
 

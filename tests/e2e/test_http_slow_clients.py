@@ -228,3 +228,32 @@ def test_ingest_answers_while_management_bodies_trickle(tmp_path):
         finally:
             for sock in slow:
                 sock.close()
+
+
+def test_a_whole_body_sent_before_the_client_closes_is_stored(tmp_path):
+    """A client that sends its whole envelope and closes at once (not waiting for the
+    answer) has it stored, also when its key is not cached yet (loaded in a thread, so
+    the loop sees the close before the body is read)."""
+    data = tmp_path / "data"
+    with scratch_database(tmp_path) as url:
+        server_ = Server(server_env(data, url)).start()
+        try:
+            port = int(server_.url.rsplit(":", 1)[1])
+            sent = []
+            for i in range(10):
+                pid, key = create_project_in(url, f"p{i}")
+                body = _envelope(f"sent and gone {i}")
+                sock = _request(
+                    port,
+                    f"POST /api/{pid}/envelope/ HTTP/1.1\r\nHost: x\r\n"
+                    f"X-Sentry-Auth: Sentry sentry_key={key}\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n",
+                    body,
+                )
+                sock.close()
+                sent.append(f"sent and gone {i}")
+            time.sleep(2)
+        finally:
+            server_.stop()
+    rows = query_data_dir(data, "SELECT body FROM logs ORDER BY body")
+    assert [r["body"] for r in rows] == sorted(sent)
