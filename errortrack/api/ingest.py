@@ -18,7 +18,7 @@ from typing import Any
 import falcon
 import falcon.asgi
 
-from errortrack.errors import RequestTimeout, Unauthorized
+from errortrack.errors import BadRequest, RequestTimeout, Unauthorized
 from errortrack.ingest import auth, body, envelope, items, service, skim
 
 # A browser SDK reads the rate-limit headers of the POST's answer only when it names them.
@@ -127,9 +127,16 @@ class _IngestResource:
         # for the whole request: the entry may expire while the body uploads, and a
         # second lookup then would be a second query.
         info = None if key is None else await self._authorize(project_id, key)
-        data = await self.read(req)
+        try:
+            data = await self.read(req)
+        except BadRequest:
+            # A compressed body, or a skipped attachment, cut short reads as malformed:
+            # it is the cut that is said (below), as for a plain body.
+            if not body_cut(req.scope):
+                raise
+            data = b""
         if body_cut(req.scope):
-            # Nothing of a body that did not arrive whole is stored (server.IngestBody).
+            # Nothing of a body that did not arrive whole is stored (IngestBody).
             raise RequestTimeout(
                 "the request body ended before it was whole (the client went away or "
                 "stopped sending); nothing of it was stored"

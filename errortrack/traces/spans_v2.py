@@ -93,33 +93,54 @@ def _times(span: Any) -> Times:
 
 
 def _is_segment(span: Any) -> bool:
-    """A segment (a transaction's root): ``is_segment: true``, or, when the SDK does not
-    say (sentry-php sends no ``is_segment``, nor ``sentry.segment.id``), a span without
-    a parent, as Sentry's span buffer finds segments by their parent links."""
+    """A segment (a transaction's root): ``is_segment: true``; when the SDK does not say
+    (sentry-php sends no ``is_segment``; the span protocol's newer form drops it), a span
+    that is remote (``is_remote``: its parent is in another service), that names itself
+    as its ``sentry.segment.id``, or that has no parent, as Sentry's span buffer finds
+    segments by their parent links."""
     if not isinstance(span, dict):
         return False
     flag = span.get("is_segment")
-    return flag is True or (flag is None and not span_hex(span, "parent_span_id"))
+    if flag is not None:
+        return flag is True
+    if span.get("is_remote") is True or not span_hex(span, "parent_span_id"):
+        return True
+    attributes = span.get("attributes")
+    named = _attribute_text(attributes, "sentry.segment.id") if isinstance(attributes, dict) else ""
+    return bool(named) and named.lower() == span_hex(span, "span_id")
 
 
 def _segments(spans: list[Any]) -> dict[str, Any]:
     """Each span id's segment among the item's spans, by parent links (for SDKs that
-    name no ``sentry.segment.id``); a chain that leaves the item, or loops, finds none."""
+    name no ``sentry.segment.id``); a chain that leaves the item, or loops, finds none.
+
+    Each span is resolved once: a walk stops at a span already resolved and gives its
+    answer to every span it passed. Walking every chain to its root made a chain of N
+    spans cost N²/2 steps, on the event loop: 8,000 spans took 22 s (diff review)."""
     by_id = {span_hex(s, "span_id"): s for s in spans if isinstance(s, dict)}
     found: dict[str, Any] = {}
-    for span_id, span in by_id.items():
-        seen = {span_id}
-        node: dict[str, Any] | None = span
-        while node is not None and not _is_segment(node):
-            parent = span_hex(node, "parent_span_id")
-            if parent in seen or parent not in by_id:
-                node = None
+    for start in by_id:
+        path: list[str] = []
+        on_path: set[str] = set()
+        span_id = start
+        root: Any = None
+        while True:
+            if span_id in found:
+                root = found[span_id]
                 break
-            seen.add(parent)
-            node = by_id[parent]
-        if node is not None:
-            found[span_id] = node
-    return found
+            node = by_id.get(span_id)
+            if node is None or span_id in on_path:
+                break  # the chain leaves the item, or loops: no segment
+            if _is_segment(node):
+                root = node
+                path.append(span_id)
+                break
+            path.append(span_id)
+            on_path.add(span_id)
+            span_id = span_hex(node, "parent_span_id")
+        for passed in path:
+            found[passed] = root
+    return {span_id: root for span_id, root in found.items() if root is not None}
 
 
 def rows(spans: list[Any], ctx: ItemContext) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import time
 
 import falcon.testing
 import orjson
@@ -142,6 +143,19 @@ def test_what_is_kept_stays_capped_and_the_envelope_too(capped, project, clickho
     assert _events(clickhouse, pid) == []
 
 
+def test_an_attachment_named_with_a_lone_surrogate_is_skipped_too(capped, project, clickhouse):
+    """sentry-sdk copies the file name into the item header; a lone surrogate escape
+    there (a name decoded with surrogateescape) made the skimmer keep the attachment."""
+    st, client = capped
+    pid, key = project
+    header = b'{"type":"attachment","length":%d,"filename":"core\\ud800.bin"}' % 50_000
+    body = _envelope(_item("event", _event())) + header + b"\n" + _noise(50_000) + b"\n"
+    resp = _post(client, pid, key, body)
+    assert resp.status_code == 200, resp.text
+    st.ingest.writer.drain()
+    assert len(_events(clickhouse, pid)) == 1
+
+
 def test_a_skipped_payload_must_be_whole(capped, project, clickhouse):
     st, client = capped
     pid, key = project
@@ -243,3 +257,48 @@ def test_the_python_sdk_event_with_a_large_attachment_is_stored(tmp_path):
         data, f"SELECT toString(event_id) AS id FROM events WHERE project_id = {pid}"
     )
     assert [r["id"].replace("-", "") for r in rows] == [event_id]
+
+
+def test_a_flood_of_newlines_does_not_hold_the_event_loop():
+    """A 30 MB attachment of zeros and 2 MB of blank lines, gzipped to ~60 KB: decoded in
+    one go, a Python step per newline, it held the loop for seconds (diff review)."""
+    import gzip
+
+    cap = 3_000_000
+    body = _envelope(_item("event", _event()), _item("attachment", b"\0" * 30_000_000))
+    wire = gzip.compress(body + b"\n" * 2_000_000)
+    assert len(wire) < cap
+
+    class Memory:
+        def __init__(self) -> None:
+            self.pos = 0
+
+        async def read(self, size: int | None = None, /) -> bytes:
+            chunk = wire[self.pos : self.pos + (size or len(wire))]
+            self.pos += len(chunk)
+            return chunk
+
+    async def main() -> tuple[bytes, float]:
+        gaps: list[float] = []
+        done = asyncio.Event()
+
+        async def tick() -> None:
+            last = time.monotonic()
+            while not done.is_set():
+                await asyncio.sleep(0.005)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        ticker = asyncio.create_task(tick())
+        await asyncio.sleep(0.02)  # the ticker runs before the work starts
+        kept = await skim.read_envelope(
+            Memory(), len(wire), "gzip", HANDLERS.__contains__, cap, 50_000_000
+        )
+        done.set()
+        await ticker
+        return kept, max(gaps)
+
+    kept, longest = asyncio.run(main())
+    assert [h["type"] for h, _ in envelope.parse(kept).items] == ["event", "attachment"]
+    assert longest < 0.5, longest

@@ -499,3 +499,61 @@ def test_streamed_spans_without_is_segment_find_their_segment_by_parent_links():
     payload = orjson.dumps({"version": 2, "items": spans})
     rows = {r["span_id"]: r for r in handle_span(payload, {}, ctx()).spans}
     assert not any(r["is_segment"] for r in rows.values())
+
+
+def test_segments_by_parent_links_without_is_segment():
+    """The span protocol's newer form drops is_segment: a remote span, or one naming
+    itself as its segment, is a segment too."""
+    trace = "ab" * 16
+
+    def span(span_id, parent, **extra):
+        return {
+            "trace_id": trace,
+            "span_id": span_id,
+            "parent_span_id": parent,
+            "name": f"n{span_id[0]}",
+            "start_timestamp": 1_795_000_000.0,
+            "end_timestamp": 1_795_000_001.0,
+            **extra,
+        }
+
+    spans = [
+        span("a" * 16, "f" * 16, is_remote=True),
+        span("b" * 16, "a" * 16),
+        span(
+            "c" * 16,
+            "e" * 16,
+            attributes={"sentry.segment.id": {"value": "c" * 16, "type": "string"}},
+        ),
+        span("d" * 16, "c" * 16),
+    ]
+    payload = orjson.dumps({"version": 2, "items": spans})
+    rows = {r["span_id"]: r for r in handle_span(payload, {}, ctx()).spans}
+    assert rows["a" * 16]["is_segment"] and rows["c" * 16]["is_segment"]
+    assert rows["b" * 16]["segment_id"] == "a" * 16 and rows["d" * 16]["segment_id"] == "c" * 16
+
+
+def test_a_long_chain_of_spans_is_resolved_in_linear_time():
+    """Each chain was walked to its root from every span on it: 8,000 spans held the
+    event loop 22 s. 20,000 now take well under a second (quadratic: minutes)."""
+    import time
+
+    trace = "ab" * 16
+    ids = [f"{i:016x}" for i in range(1, 20_001)]
+    spans = [
+        {
+            "trace_id": trace,
+            "span_id": span_id,
+            "parent_span_id": ids[i - 1] if i else "f" * 16,
+            "is_remote": False,
+            "start_timestamp": 1_795_000_000.0,
+            "end_timestamp": 1_795_000_001.0,
+        }
+        for i, span_id in enumerate(ids)
+    ]
+    spans[0]["is_segment"] = False  # the chain leaves the item: no segment anywhere
+    payload = orjson.dumps({"version": 2, "items": spans})
+    started = time.monotonic()
+    rows = handle_span(payload, {}, ctx()).spans
+    assert time.monotonic() - started < 10
+    assert len(rows) == 20_000 and not any(r["segment_id"] for r in rows)
