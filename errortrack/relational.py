@@ -11,9 +11,6 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
@@ -37,25 +34,13 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> list[str]:
-    """Upgrade to ``revision``; return the revisions applied now, oldest first."""
+    """Upgrade to ``revision``; return the revisions applied now, oldest first (as
+    migrations/env.py records them, under the migration lock)."""
     cfg = alembic_config(url)
-    before = current_revision(url)
+    applied: list[str] = []
+    cfg.attributes["applied"] = applied
     command.upgrade(cfg, revision)
-    after = current_revision(url)
-    if after == before or after is None:
-        return []
-    walked = ScriptDirectory.from_config(cfg).iterate_revisions(after, before)
-    return [script.revision for script in reversed(list(walked))]
-
-
-def current_revision(url: str) -> str | None:
-    """The store's revision (one head: the migrations are linear); None before any."""
-    engine = create_engine(url)
-    try:
-        with engine.connect() as connection:
-            return MigrationContext.configure(connection).get_current_revision()
-    finally:
-        engine.dispose()
+    return applied
 
 
 def downgrade(url: str, revision: str = "base") -> None:

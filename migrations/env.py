@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from alembic import context
 from sqlalchemy import text
 
@@ -19,6 +21,14 @@ def _url() -> str:
     from errortrack.config import Settings
 
     return Settings.from_env().resolved_database_url
+
+
+def _record_applied(*, step: Any, **_: Any) -> None:
+    """Each revision applied, into the caller's list (``relational.upgrade``): recorded
+    under the migration lock, so a process that found the work done names none."""
+    applied = config.attributes.get("applied")
+    if applied is not None and step.is_upgrade:
+        applied.append(step.up_revision_id)
 
 
 # pg_advisory_lock's key for "running errortrack's migrations" (any constant will do).
@@ -53,6 +63,7 @@ def run_migrations_online(url: str) -> None:
                 target_metadata=Base.metadata,
                 render_as_batch=connection.dialect.name == "sqlite",
                 compare_type=True,
+                on_version_apply=_record_applied,
             )
             with context.begin_transaction():
                 context.run_migrations()

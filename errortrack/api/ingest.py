@@ -78,14 +78,22 @@ def body_cut(scope: dict[str, Any]) -> bool:
     return body is not None and body.cut
 
 
+def _cut_off() -> RequestTimeout:
+    return RequestTimeout(
+        "the request body ended before it was whole (the client went away or stopped "
+        "sending); nothing of it was stored"
+    )
+
+
 class _IngestResource:
     def __init__(
         self, ingest: service.Ingest, max_body_bytes: int, max_envelope_bytes: int = 0
     ) -> None:
         self.ingest = ingest
         self.max_body_bytes = max_body_bytes
-        # ERRORTRACK_MAX_ENVELOPE_BYTES: with the payloads of items not stored (skim.py).
-        self.max_envelope_bytes = max(max_envelope_bytes, max_body_bytes)
+        # ERRORTRACK_MAX_ENVELOPE_BYTES, with the payloads of items not stored (skim.py,
+        # whose read_envelope takes max_body_bytes when this is smaller).
+        self.max_envelope_bytes = max_envelope_bytes
         self._loading: dict[str, asyncio.Future[auth.KeyInfo | None]] = {}
 
     async def _authorize(self, project_id: int, key: str) -> auth.KeyInfo:
@@ -127,26 +135,27 @@ class _IngestResource:
         # for the whole request: the entry may expire while the body uploads, and a
         # second lookup then would be a second query.
         info = None if key is None else await self._authorize(project_id, key)
-        try:
-            data = await self.read(req)
-        except BadRequest:
-            # A compressed body, or a skipped attachment, cut short reads as malformed:
-            # it is the cut that is said (below), as for a plain body.
-            if not body_cut(req.scope):
-                raise
-            data = b""
-        if body_cut(req.scope):
-            # Nothing of a body that did not arrive whole is stored (IngestBody).
-            raise RequestTimeout(
-                "the request body ended before it was whole (the client went away or "
-                "stopped sending); nothing of it was stored"
-            )
+        data = await self._whole_body(req)
         accepted = await self.accept(project_id, info, data, req.content_type)
         await self.ingest.store(accepted)
         if accepted.rate_limits:
             # Items were dropped by the rate limit: SDKs read this header on a 200 too.
             resp.set_header("X-Sentry-Rate-Limits", accepted.rate_limits)
         resp.media = accepted.response
+
+    async def _whole_body(self, req: falcon.asgi.Request) -> bytes:
+        """``read``, refused (408, nothing stored) when the body did not arrive whole
+        (``IngestBody``), also when what arrived reads as malformed: a compressed body,
+        or a skipped attachment, cut short."""
+        try:
+            data = await self.read(req)
+        except BadRequest:
+            if body_cut(req.scope):
+                raise _cut_off() from None
+            raise
+        if body_cut(req.scope):
+            raise _cut_off()
+        return data
 
     async def read(self, req: falcon.asgi.Request) -> bytes:
         """The body, decompressed (413 over ``max_body_bytes``)."""

@@ -11,7 +11,7 @@ import base64
 import binascii
 import io
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, Protocol, cast
 
 import brotli
@@ -129,10 +129,19 @@ DECODERS: dict[str, Callable[[], Decoder]] = {
 IDENTITY = frozenset({"identity", "utf-8"})
 
 
+# What a decoder raises for a corrupt or cut-short body (a 400 naming the encoding).
+CORRUPT = (zlib.error, brotli.error, zstandard.ZstdError, Truncated)
+
+
+def encoding_name(encoding: str | None) -> str:
+    """A Content-Encoding header as the decoders are looked up by."""
+    return (encoding or "identity").strip().lower()
+
+
 def read_body(stream: Readable, encoding: str | None, cap: int) -> bytes:
     """The whole decompressed body; PayloadTooLarge over ``cap``, BadRequest if corrupt
     or cut short."""
-    encoding = (encoding or "identity").strip().lower()
+    encoding = encoding_name(encoding)
     if encoding in IDENTITY:
         return _read_plain(stream, cap)
     factory = DECODERS.get(encoding)
@@ -143,8 +152,12 @@ def read_body(stream: Readable, encoding: str | None, cap: int) -> bytes:
             return _read_zstd(stream, cap)
         assert factory is not None
         return _read_decoded(stream, factory(), cap)
-    except (zlib.error, brotli.error, zstandard.ZstdError, Truncated) as exc:
-        raise BadRequest(f"body is not valid {encoding}: {exc}", field="Content-Encoding") from None
+    except CORRUPT as exc:
+        raise corrupt(encoding, exc) from None
+
+
+def corrupt(encoding: str, exc: Exception) -> BadRequest:
+    return BadRequest(f"body is not valid {encoding}: {exc}", field="Content-Encoding")
 
 
 def unsupported(encoding: str) -> BadRequest:
@@ -312,25 +325,33 @@ class CappedInput:
         return chunk
 
 
-def _read_zstd(stream: Readable, cap: int) -> bytes:
-    # zstandard's decompressobj cannot bound one call's output (a tiny frame of RLE
-    # blocks expands enormously); its stream reader can, when it pulls the input itself
-    # (fed piecemeal, it would take an empty read for the end of the input).
+def zstd_pieces(stream: Readable, cap: int) -> Iterator[bytes]:
+    """The decoded zstd body, at most ``CHUNK`` bytes a piece; the compressed bytes read
+    are capped at ``cap``; Truncated when the input ends inside a frame.
+
+    zstandard's decompressobj cannot bound one call's output (a tiny frame of RLE blocks
+    expands enormously); its stream reader can, when it pulls the input itself (fed
+    piecemeal, it would take an empty read for the end of the input)."""
     source = CappedInput(stream, cap)
     reader = zstandard.ZstdDecompressor().stream_reader(
         cast(IO[bytes], source),  # zstandard only calls read()
         read_size=CHUNK,
         read_across_frames=True,
     )
+    while out := reader.read(CHUNK):
+        yield out
+    if not source.frames.whole():
+        raise Truncated(TRUNCATED)
+
+
+def _read_zstd(stream: Readable, cap: int) -> bytes:
     parts: list[bytes] = []
     size = 0
-    while out := reader.read(min(CHUNK, cap - size + 1)):
+    for out in zstd_pieces(stream, cap):
         size += len(out)
         if size > cap:
             raise _too_large(cap)
         parts.append(out)
-    if not source.frames.whole():
-        raise Truncated(TRUNCATED)
     return b"".join(parts)
 
 

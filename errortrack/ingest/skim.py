@@ -26,13 +26,9 @@ from __future__ import annotations
 import asyncio
 import io
 import re
-import zlib
 from collections.abc import Callable
-from typing import IO, cast
 
-import brotli
 import orjson
-import zstandard
 
 from errortrack.errors import BadRequest, PayloadTooLarge
 from errortrack.ingest import body, surrogates
@@ -224,7 +220,7 @@ async def read_envelope(
 
 
 def _decoder(encoding: str | None, cap: int) -> body.Decoder | None:
-    name = (encoding or "identity").strip().lower()
+    name = body.encoding_name(encoding)
     if name in body.IDENTITY:
         return None
     if name == "zstd":
@@ -236,9 +232,6 @@ def _decoder(encoding: str | None, cap: int) -> body.Decoder | None:
     if factory is None:
         raise body.unsupported(name)
     return factory()
-
-
-_CORRUPT = (zlib.error, brotli.error, zstandard.ZstdError, body.Truncated)
 
 
 async def _feed(
@@ -253,8 +246,8 @@ async def _feed(
             # time, giving the loop back between chunks (64 KiB of compressed newlines
             # held it for seconds when decoded in one go; diff review).
             out = decoder.step(data, CHUNK)
-        except _CORRUPT as exc:
-            raise _corrupt(encoding, exc) from None
+        except body.CORRUPT as exc:
+            raise body.corrupt(body.encoding_name(encoding), exc) from None
         if not out:
             return
         skimmer.feed(out)
@@ -268,13 +261,8 @@ async def _finish(skimmer: Skimmer, decoder: body.Decoder | None, encoding: str 
     await _feed(skimmer, decoder, b"", encoding)
     try:
         decoder.end()
-    except _CORRUPT as exc:
-        raise _corrupt(encoding, exc) from None
-
-
-def _corrupt(encoding: str | None, exc: Exception) -> BadRequest:
-    name = (encoding or "").strip().lower()
-    return BadRequest(f"body is not valid {name}: {exc}", field="Content-Encoding")
+    except body.CORRUPT as exc:
+        raise body.corrupt(body.encoding_name(encoding), exc) from None
 
 
 async def _skim_held(
@@ -285,22 +273,16 @@ async def _skim_held(
     can expand to ``envelope_cap``: the loop is given back between pieces."""
     skimmer = Skimmer(wanted, cap, envelope_cap)
     pieces = (raw[i : i + CHUNK] for i in range(0, len(raw), CHUNK))
-    if (encoding or "").strip().lower() != "zstd":
+    if body.encoding_name(encoding) != "zstd":
         decoder = _decoder(encoding, cap)
         for piece in pieces:
             await _feed(skimmer, decoder, piece, encoding)
         await _finish(skimmer, decoder, encoding)
         return skimmer.end()
-    source = body.CappedInput(io.BytesIO(raw), envelope_cap)
     try:
-        reader = zstandard.ZstdDecompressor().stream_reader(
-            cast(IO[bytes], source), read_size=CHUNK, read_across_frames=True
-        )
-        while out := reader.read(CHUNK):
+        for out in body.zstd_pieces(io.BytesIO(raw), envelope_cap):
             skimmer.feed(out)
             await asyncio.sleep(0)
-        if not source.frames.whole():
-            raise body.Truncated(body.TRUNCATED)
-    except _CORRUPT as exc:
-        raise _corrupt(encoding, exc) from None
+    except body.CORRUPT as exc:
+        raise body.corrupt("zstd", exc) from None
     return skimmer.end()

@@ -51,13 +51,30 @@ def _answer(sock: socket.socket) -> bytes:
     return data
 
 
+def _scope(path: str, headers: list[tuple[bytes, bytes]], query: str = "") -> dict:
+    """An HTTP request's ASGI scope, as gunicorn gives one, for calling the app itself."""
+    return {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "headers": headers,
+        "http_version": "1.1",
+        "scheme": "http",
+        "server": ("127.0.0.1", 8000),
+        "client": ("127.0.0.1", 5000),
+        "root_path": "",
+    }
+
+
 def test_a_body_cut_short_stores_nothing_and_a_refused_key_gets_no_100(tmp_path):
     data = tmp_path / "data"
     with scratch_database(tmp_path) as url:
         server_ = Server(server_env(data, url)).start()
         try:
             pid, key = create_project_in(url)
-            port = int(server_.url.rsplit(":", 1)[1])
+            port = server_.port
             auth = f"X-Sentry-Auth: Sentry sentry_key={key}\r\n"
             whole = _envelope("kept")
             cut = _envelope("first half", "second half")
@@ -117,7 +134,7 @@ def test_slow_management_bodies_hold_no_api_thread(tmp_path):
     """Ten clients trickle a login body (more than the API's two threads here): other API
     requests are answered meanwhile."""
     with served_with_token(tmp_path) as (served, token):
-        port = int(served.url.rsplit(":", 1)[1])
+        port = served.port
         slow = [
             _request(
                 port,
@@ -158,29 +175,19 @@ def test_a_management_body_that_never_ends_is_408(state, monkeypatch):
     app = create_server_app(state=state)
     sent: list[dict] = []
 
+    events = [{"type": "http.request", "body": b'{"em', "more_body": True}]
+
     async def receive() -> dict:
-        if not sent and not getattr(receive, "started", False):
-            receive.started = True  # type: ignore[attr-defined]
-            return {"type": "http.request", "body": b'{"em', "more_body": True}
-        await asyncio.sleep(3600)
+        if events:
+            return events.pop(0)
+        await asyncio.sleep(3600)  # the rest never comes
         raise AssertionError("unreachable")
 
     async def send(message: dict) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/auth/login",
-        "raw_path": b"/auth/login",
-        "query_string": b"",
-        "headers": [(b"content-length", b"100"), (b"content-type", b"application/json")],
-        "http_version": "1.1",
-        "scheme": "http",
-        "server": ("127.0.0.1", 8000),
-        "client": ("127.0.0.1", 5000),
-        "root_path": "",
-    }
+    headers = [(b"content-length", b"100"), (b"content-type", b"application/json")]
+    scope = _scope("/auth/login", headers)
     asyncio.run(asyncio.wait_for(app(scope, receive, send), 10))
     assert sent[0]["status"] == 408
     assert orjson.loads(sent[1]["body"])["error"]["code"] == "request_timeout"
@@ -223,7 +230,7 @@ def test_an_embedded_engine_held_by_another_process_is_503(state, tmp_path):
 def test_ingest_answers_while_management_bodies_trickle(tmp_path):
     """The pre-read runs on the loop: ingest and the probes go on meanwhile."""
     with served_with_token(tmp_path) as (served, _token):
-        port = int(served.url.rsplit(":", 1)[1])
+        port = served.port
         slow = [
             _request(
                 port,
@@ -251,7 +258,7 @@ def test_a_whole_body_sent_before_the_client_closes_is_stored(tmp_path):
     with scratch_database(tmp_path) as url:
         server_ = Server(server_env(data, url)).start()
         try:
-            port = int(server_.url.rsplit(":", 1)[1])
+            port = server_.port
             sent = []
             for i in range(10):
                 pid, key = create_project_in(url, f"p{i}")
@@ -270,23 +277,6 @@ def test_a_whole_body_sent_before_the_client_closes_is_stored(tmp_path):
             server_.stop()
     rows = query_data_dir(data, "SELECT body FROM logs ORDER BY body")
     assert [r["body"] for r in rows] == sorted(sent)
-
-
-def _scope(pid: int, key: str, headers: list[tuple[bytes, bytes]]) -> dict:
-    path = f"/api/{pid}/envelope/"
-    return {
-        "type": "http",
-        "method": "POST",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": f"sentry_key={key}".encode(),
-        "headers": headers,
-        "http_version": "1.1",
-        "scheme": "http",
-        "server": ("127.0.0.1", 8000),
-        "client": ("127.0.0.1", 5000),
-        "root_path": "",
-    }
 
 
 def test_a_body_cut_short_is_408_whatever_its_encoding(state, project, clickhouse):
@@ -315,7 +305,9 @@ def test_a_body_cut_short_is_408_whatever_its_encoding(state, project, clickhous
             (b"content-length", str(len(body)).encode()),
             (b"content-encoding", encoding.encode()),
         ]
-        asyncio.run(app(_scope(pid, key, headers), receive, send))
+        asyncio.run(
+            app(_scope(f"/api/{pid}/envelope/", headers, f"sentry_key={key}"), receive, send)
+        )
         assert sent[0]["status"] == 408, (encoding, sent)
         assert orjson.loads(sent[1]["body"])["error"]["code"] == "request_timeout"
     state.ingest.writer.drain()
