@@ -118,16 +118,31 @@ def title(event: dict[str, Any]) -> str:
     return _clip(message, TITLE_MAX) if message else UNLABELED
 
 
+# Sentry spells a frame per platform (Frame.get_culprit_string): JavaScript as
+# ``function(module)``, native code by its function alone, the rest ``module in function``;
+# a frame's own platform wins over the event's.
+_CALL_SPELLING = frozenset({"javascript", "node"})
+_FUNCTION_ONLY = frozenset({"objc", "cocoa", "native"})
+
+
 def culprit(event: dict[str, Any]) -> str:
-    """The crashing frame, ``module in function``: the innermost in-app frame of the raised
-    exception (frames are oldest first), else its innermost frame, else the transaction."""
+    """The crashing frame: the innermost in-app frame of the raised exception (frames are
+    oldest first), else its innermost frame, spelled as Sentry spells it for the frame's
+    platform; else the transaction."""
     chain = exceptions(event)
     frames = frames_of(chain[-1]) if chain else []
     in_app = [f for f in frames if f.get("in_app") is True]
     if in_app or frames:
         frame = (in_app or frames)[-1]
+        platform = frame.get("platform") or event.get("platform")
+        platform = platform if isinstance(platform, str) else None
+        function = frame.get("function") or "?"
+        if platform in _FUNCTION_ONLY:
+            return _clip(str(function), CULPRIT_MAX)
         where = frame.get("module") or frame.get("filename") or frame.get("abs_path") or "?"
-        return _clip(f"{where} in {frame.get('function') or '?'}", CULPRIT_MAX)
+        if platform in _CALL_SPELLING:
+            return _clip(f"{function}({where})", CULPRIT_MAX)
+        return _clip(f"{where} in {function}", CULPRIT_MAX)
     transaction = event.get("transaction") or event.get("culprit")
     return _clip(transaction, CULPRIT_MAX) if isinstance(transaction, str) else ""
 

@@ -311,7 +311,7 @@ def test_errors_and_messages_become_issues(sent: Sent):
     for title, (level, function, handled, id_name) in ISSUES.items():
         issue = issues[title]
         assert (issue["level"], issue["count"], issue["status"]) == (level, 1, "unresolved")
-        assert issue["culprit"] == f"{sent.page_origin}/app.js in {function}"
+        assert issue["culprit"] == f"{function}({sent.page_origin}/app.js)"
         latest = sent.wait(f"/issues/{issue['id']}/events/latest")
         assert (latest["platform"], latest["title"], latest["level"]) == (
             "javascript",

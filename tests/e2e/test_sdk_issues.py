@@ -24,7 +24,7 @@ ERRORS = {
     "node": {
         "same": "TypeError: order 12 has no items",
         "other": "TypeError: Cannot read properties of undefined (reading 'name')",
-        "culprit": "issues_client in divide",
+        "culprit": "divide(issues_client)",
     },
 }
 

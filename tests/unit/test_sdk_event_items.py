@@ -10,6 +10,7 @@ import pytest
 from errortrack.errors import BadRequest
 from errortrack.ingest.envelope import parse
 from errortrack.ingest.items import ItemContext
+from errortrack.issues import summary
 from errortrack.issues.events import handle_event
 from errortrack.issues.fingerprint import fingerprint, hash_parts
 from errortrack.traces.spans_v2 import handle_span
@@ -76,7 +77,7 @@ def test_node_exception_event_row_with_float_timestamp():
     result, _ = handle("node/0031_c_exception_message.envelope", "event")
     [row] = result.events
     assert row["title"] == "TypeError: node boom: x must not be zero"
-    assert row["culprit"] == "node_client in innerFail"
+    assert row["culprit"] == "innerFail(node_client)"
     assert row["timestamp"] == 1795313374.182
     assert row["platform"] == "node"
 
@@ -92,7 +93,31 @@ def test_node_capture_message_typeless_exception_groups_by_message():
 def test_node_unhandled_exception_is_fatal():
     result, _ = handle("node/0035_c_unhandled_exception.envelope", "event")
     assert result.events[0]["level"] == "fatal"
-    assert result.events[0]["culprit"] == "node_client in Timeout._onTimeout"
+    assert result.events[0]["culprit"] == "Timeout._onTimeout(node_client)"
+
+
+def _raised_in(frame: dict, platform: str | None) -> dict:
+    event = {"exception": {"values": [{"type": "E", "stacktrace": {"frames": [frame]}}]}}
+    return {**event, "platform": platform} if platform else event
+
+
+@pytest.mark.parametrize(
+    ("platform", "frame", "expected"),
+    [
+        # Sentry's Frame.get_culprit_string: JavaScript is call-shaped ...
+        ("javascript", {"filename": "/app.js", "function": "go"}, "go(/app.js)"),
+        ("node", {"module": "server", "function": None}, "?(server)"),
+        # ... native code is named by its function ...
+        ("native", {"package": "/usr/lib/x.so", "function": "crash"}, "crash"),
+        ("cocoa", {"module": "M", "function": "-[V tap:]"}, "-[V tap:]"),
+        # ... and the frame's own platform wins over the event's.
+        ("python", {"platform": "javascript", "filename": "a.js", "function": "f"}, "f(a.js)"),
+        ("python", {"module": "app.views", "function": "index"}, "app.views in index"),
+        (None, {"module": "m", "function": "f", "platform": ["odd"]}, "m in f"),
+    ],
+)
+def test_culprit_is_spelled_as_sentry_spells_the_platform(platform, frame, expected):
+    assert summary.culprit(_raised_in(frame, platform)) == expected
 
 
 def _by_id(rows):
