@@ -4,8 +4,10 @@ Generic over the app: every responder carrying an ``ApiDoc`` record (see
 ``errortrack.api.schemas``) becomes an operation, with its path parameters read from the
 route template (``{project_id:int}``), its query parameters and bodies from the
 marshmallow schemas the responder itself loads and dumps, the bearer (or session
-cookie) security, and the one error body for every refusal. Nothing is listed by hand,
-so a new endpoint is documented the moment it is decorated.
+cookie) security, and the one error body for every refusal. A new endpoint is documented
+the moment it is decorated, except for its operation id: generated clients name their
+functions after it (``list_issues``, ``resolveIssue``), so ids are a contract chosen by
+hand in ``OPERATION_IDS``, and building the document fails until a new endpoint has one.
 
 Regenerate the snapshot after changing an endpoint (a test fails until you do)::
 
@@ -41,6 +43,67 @@ _ERRORS = {
 }
 
 
+# Every operation's id, by method and path: what generated clients call their functions
+# (openapi-python-client turns listIssues into list_issues). Derived from the path, they
+# read get_api_projects_project_id_issues_issue_id_events_event_id. Renaming one breaks
+# the clients generated before, so ids only ever get added.
+OPERATION_IDS = {
+    ("GET", "/api/invitations"): "listInvitations",
+    ("POST", "/api/invitations"): "createInvitation",
+    ("DELETE", "/api/invitations/{invitation_id}"): "revokeInvitation",
+    ("GET", "/api/me"): "getMe",
+    ("GET", "/api/projects"): "listProjects",
+    ("POST", "/api/projects"): "createProject",
+    ("GET", "/api/projects/{project_id}"): "getProject",
+    ("PATCH", "/api/projects/{project_id}"): "updateProject",
+    ("DELETE", "/api/projects/{project_id}"): "deleteProject",
+    ("GET", "/api/projects/{project_id}/events"): "listProjectEvents",
+    ("GET", "/api/projects/{project_id}/events/{event_id}"): "getProjectEvent",
+    ("GET", "/api/projects/{project_id}/issues"): "listIssues",
+    ("GET", "/api/projects/{project_id}/issues/{issue_id}"): "getIssue",
+    ("DELETE", "/api/projects/{project_id}/issues/{issue_id}"): "deleteIssue",
+    ("GET", "/api/projects/{project_id}/issues/{issue_id}/events"): "listIssueEvents",
+    ("GET", "/api/projects/{project_id}/issues/{issue_id}/events/latest"): "getLatestIssueEvent",
+    ("GET", "/api/projects/{project_id}/issues/{issue_id}/events/{event_id}"): "getIssueEvent",
+    ("POST", "/api/projects/{project_id}/issues/{issue_id}/mute"): "muteIssue",
+    ("POST", "/api/projects/{project_id}/issues/{issue_id}/resolve"): "resolveIssue",
+    ("POST", "/api/projects/{project_id}/issues/{issue_id}/unresolve"): "unresolveIssue",
+    ("GET", "/api/projects/{project_id}/keys"): "listKeys",
+    ("POST", "/api/projects/{project_id}/keys"): "createKey",
+    ("GET", "/api/projects/{project_id}/keys/{key_id}"): "getKey",
+    ("PATCH", "/api/projects/{project_id}/keys/{key_id}"): "updateKey",
+    ("DELETE", "/api/projects/{project_id}/keys/{key_id}"): "deleteKey",
+    ("GET", "/api/projects/{project_id}/logs"): "listLogs",
+    ("GET", "/api/projects/{project_id}/logs/tail"): "tailLogs",
+    ("GET", "/api/projects/{project_id}/members"): "listMembers",
+    ("PUT", "/api/projects/{project_id}/members"): "putMember",
+    ("PATCH", "/api/projects/{project_id}/members/{user_id}"): "updateMember",
+    ("DELETE", "/api/projects/{project_id}/members/{user_id}"): "removeMember",
+    ("GET", "/api/projects/{project_id}/traces/{trace_id}"): "getTrace",
+    ("GET", "/api/projects/{project_id}/traces/{trace_id}/spans"): "listTraceSpans",
+    ("GET", "/api/storage"): "getStorage",
+    ("POST", "/api/storage/cleanup"): "cleanupStorage",
+    ("GET", "/api/team"): "listTeam",
+    ("PATCH", "/api/team/{user_id}"): "updateUser",
+    ("DELETE", "/api/team/{user_id}"): "removeUser",
+    ("GET", "/api/tokens"): "listTokens",
+    ("POST", "/api/tokens"): "createToken",
+    ("DELETE", "/api/tokens/{token_id}"): "revokeToken",
+    ("GET", "/auth/invitations/{token}"): "getInvitation",
+    ("POST", "/auth/invitations/{token}/accept"): "acceptInvitation",
+    ("POST", "/auth/login"): "login",
+    ("POST", "/auth/logout"): "logout",
+    ("POST", "/auth/register"): "register",
+}
+# Methods that change something: with the session cookie they need the X-CSRF-Token header.
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Refused by gunicorn before the app sees the request (docs/API.md), hence not JSON.
+_PLAIN = {
+    "414": "Request line over 8190 bytes (answered by gunicorn in plain text)",
+    "431": "A header line over 8190 bytes (answered by gunicorn in plain text)",
+}
+
+
 class ErrorDetail(Schema):
     code = fields.Str(required=True, metadata={"description": "Stable machine-readable word"})
     message = fields.Str(required=True, metadata={"description": "For people"})
@@ -73,6 +136,16 @@ def build(app: falcon.App) -> dict[str, Any]:
     spec.components.security_scheme(
         "session", {"type": "apiKey", "in": "cookie", "name": "errortrack_session"}
     )
+    spec.components.security_scheme(
+        "csrf",
+        {
+            "type": "apiKey",
+            "in": "header",
+            "name": "X-CSRF-Token",
+            "description": "With the session cookie on writes: the csrf_token of the login "
+            "answer or of GET /api/me",
+        },
+    )
     spec.components.schema("Error", schema=Error)
     paths: dict[str, dict[str, Any]] = defaultdict(dict)
     for template, method, doc in operations(app):
@@ -80,7 +153,37 @@ def build(app: falcon.App) -> dict[str, Any]:
         paths[path][method.lower()] = _operation(path, method, doc, path_params)
     for path in sorted(paths):
         spec.path(path=path, operations=paths[path])
-    return spec.to_dict()
+    document = spec.to_dict()
+    # Relative to where the document is served, so generated clients get a base URL.
+    document["servers"] = [{"url": "/"}]
+    for operations_of_path in document["paths"].values():
+        for op in operations_of_path.values():
+            _for_generators(op["parameters"])
+    return document
+
+
+def _for_generators(parameters: list[dict[str, Any]]) -> None:
+    """Shape query parameters for client generators, which send every default they see.
+
+    With a cursor, ``page`` and ``sort`` must be left out (``page=1`` beside a cursor is a
+    400; a sort other than the cursor's is a 400): a generated client sending their
+    defaults on every call could not walk a list. The server's defaults stay, in words.
+    Sort values get enum names: ``-timestamp`` became ``VALUE_0`` in Python clients.
+    """
+    names = {p["name"] for p in parameters}
+    for param in parameters:
+        schema = param.get("schema", {})
+        if "cursor" in names and param["name"] in ("page", "sort") and "default" in schema:
+            default = schema.pop("default")
+            said = param.get("description", "").rstrip(".")
+            param["description"] = (
+                f"{said + '. ' if said else ''}Default without a cursor: {default}."
+            )
+        if param["name"] == "sort" and "enum" in schema:
+            schema["x-enum-varnames"] = [
+                value.lstrip("-").upper() + ("_DESC" if value.startswith("-") else "_ASC")
+                for value in schema["enum"]
+            ]
 
 
 def _path(template: str) -> tuple[str, list[dict[str, Any]]]:
@@ -104,14 +207,25 @@ def _operation(
     declared = [{"in": "path", "schema": doc.path}] if doc.path else []
     named = set(doc.path().fields) if doc.path else set()
     typed = [p for p in path_params if p["name"] not in named]
-    slug = re.sub(r"[^a-z0-9]+", "_", path.lower()).strip("_")
+    try:
+        operation_id = OPERATION_IDS[(method, path)]
+    except KeyError:
+        raise LookupError(
+            f"{method} {path} has no operation id: name it in OPERATION_IDS"
+        ) from None
+    security: list[dict[str, list[str]]] = []
+    if doc.auth:
+        session: dict[str, list[str]] = (
+            {"session": [], "csrf": []} if method in _WRITES else {"session": []}
+        )
+        security = [{"bearer": []}, session]
     op: dict[str, Any] = {
-        "operationId": f"{method.lower()}_{slug}",
+        "operationId": operation_id,
         "summary": doc.summary,
         "tags": list(doc.tags),
         "parameters": [*typed, *declared, *query],
         "responses": {str(doc.status): _success(doc), **_errors(doc, bool(path_params))},
-        "security": [{"bearer": []}, {"session": []}] if doc.auth else [],
+        "security": security,
     }
     if doc.request is not None:
         op["requestBody"] = {
@@ -143,6 +257,8 @@ def _errors(doc: ApiDoc, has_path_params: bool) -> dict[str, Any]:
         wanted.add("404")
     error = {"application/json": {"schema": Error}}
     responses = {code: {"description": _ERRORS[code], "content": error} for code in sorted(wanted)}
+    plain = {"text/plain": {"schema": {"type": "string"}}}
+    responses |= {code: {"description": said, "content": plain} for code, said in _PLAIN.items()}
     # Everything else (405, 408, 409, 410, 413, 429, 5xx) has the same body.
     responses["default"] = {"description": "Any other error", "content": error}
     return responses

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import time
 from functools import partial
+from urllib.parse import urlencode
 
 import falcon.testing
+import orjson
 import pytest
 
 from errortrack.api import openapi
+from tests.ingest_support import ingest_auth
 from tests.support import ROOT
 
 SNAPSHOT = ROOT / "schemas" / "openapi.json"
@@ -137,3 +142,109 @@ def test_on_needs_the_extra_too(settings):
     assert docs.enabled(on) is True
     assert docs.enabled(on, installed=lambda: False) is False
     assert docs.enabled(settings) is False
+
+
+# -- what client generators make of the document --------------------------------------
+
+TRACE_ID = "a" * 32
+
+
+def _envelopes(now: float) -> list[bytes]:
+    """Two issues (one with two events), two logs and a transaction with a child span."""
+    out = []
+    for n, message in enumerate(["first failure", "first failure", "second failure"]):
+        event = {"event_id": f"{n + 1:032x}", "message": message, "timestamp": now - n}
+        out.append(b"{}\n" + orjson.dumps({"type": "event"}) + b"\n" + orjson.dumps(event))
+    logs = {"items": [{"timestamp": now, "level": "info", "body": f"log {n}"} for n in range(2)]}
+    out.append(b"{}\n" + orjson.dumps({"type": "log"}) + b"\n" + orjson.dumps(logs))
+    root = {"trace_id": TRACE_ID, "span_id": "b" * 16, "op": "http.server"}
+    child = {**root, "span_id": "c" * 16, "parent_span_id": "b" * 16, "op": "db"}
+    transaction = {
+        "type": "transaction",
+        "transaction": "GET /",
+        "start_timestamp": now - 1,
+        "timestamp": now,
+        "contexts": {"trace": root},
+        "spans": [{**child, "start_timestamp": now - 1, "timestamp": now}],
+    }
+    out.append(b"{}\n" + orjson.dumps({"type": "transaction"}) + b"\n" + orjson.dumps(transaction))
+    return out
+
+
+def test_a_generated_client_can_walk_every_cursor_list(app, ingest_world):
+    """Generators (openapi-python-client) send every query parameter's default on each
+    call. The document gave page and sort defaults, so a client passing next_cursor sent
+    page=1 (or a sort other than the cursor's) beside it, a 400 on every cursor list."""
+    world = ingest_world
+    pid = world.project_id
+    for body in _envelopes(time.time()):
+        sent = world.client.simulate_post(
+            f"/api/{pid}/envelope/", body=body, headers=ingest_auth(world.factory, pid)
+        )
+        assert sent.status_code == 200, sent.text
+    world.state.ingest.writer.drain()
+    issues = world.call("viewer", "GET", f"/api/projects/{pid}/issues").json["items"]
+    (twice,) = [i["id"] for i in issues if i["count"] == 2]
+    filled = {"project_id": pid, "issue_id": twice, "trace_id": TRACE_ID}
+    walked = []
+    for path, operations in openapi.build(app)["paths"].items():
+        op = operations.get("get", {})
+        params = op.get("parameters", [])
+        if not any(p["name"] == "cursor" for p in params):
+            continue
+        query = {
+            p["name"]: p["schema"]["default"]
+            for p in params
+            if p["in"] == "query" and "default" in p.get("schema", {})
+        }
+        url = path.format(**filled)
+        first = world.call("viewer", "GET", f"{url}?{urlencode({**query, 'per_page': 1})}")
+        assert first.status_code == 200, (path, first.text)
+        cursor = first.json["next_cursor"]
+        assert cursor, path
+        second = world.call(
+            "viewer", "GET", f"{url}?{urlencode({**query, 'per_page': 1, 'cursor': cursor})}"
+        )
+        assert second.status_code == 200, (path, second.text)
+        walked.append(op["operationId"])
+    assert sorted(walked) == [
+        "listIssueEvents",
+        "listIssues",
+        "listLogs",
+        "listProjectEvents",
+        "listTraceSpans",
+        "tailLogs",
+    ]
+
+
+def test_operation_ids_and_enum_names_read_as_code(app):
+    document = openapi.build(app)
+    ids = [op["operationId"] for ops in document["paths"].values() for op in ops.values()]
+    assert len(ids) == len(set(ids)) == len(openapi.OPERATION_IDS)
+    assert all(re.fullmatch(r"[a-z][A-Za-z]+", i) for i in ids), ids
+    issues = document["paths"]["/api/projects/{project_id}/issues"]["get"]
+    (sort,) = [p["schema"] for p in issues["parameters"] if p["name"] == "sort"]
+    names = dict(zip(sort["enum"], sort["x-enum-varnames"], strict=True))
+    assert (names["-last_seen"], names["id"]) == ("LAST_SEEN_DESC", "ID_ASC")
+
+
+def test_cookie_writes_name_the_csrf_header_and_plain_refusals_are_declared(app):
+    document = openapi.build(app)
+    resolve = document["paths"]["/api/projects/{project_id}/issues/{issue_id}/resolve"]["post"]
+    assert resolve["security"] == [{"bearer": []}, {"session": [], "csrf": []}]
+    scheme = document["components"]["securitySchemes"]["csrf"]
+    assert (scheme["in"], scheme["name"]) == ("header", "X-CSRF-Token")
+    assert document["servers"] == [{"url": "/"}]
+    for ops in document["paths"].values():
+        for op in ops.values():
+            assert set(op["responses"]["414"]["content"]) == {"text/plain"}
+            assert set(op["responses"]["431"]["content"]) == {"text/plain"}
+
+
+def test_fields_always_sent_are_required(app):
+    """Nullable fields the server always sends were optional, so generated types had an
+    "absent" case that never happens (ProjectOut.dsn, TokenOut.last_used_at, ...)."""
+    schemas = openapi.build(app)["components"]["schemas"]
+    for name in ("ProjectOut", "TokenOut", "NewTokenOut", "MeOut", "KeyOut", "CleanupOut"):
+        schema = schemas[name]
+        assert set(schema["required"]) == set(schema["properties"]), name

@@ -83,7 +83,9 @@ class MeOut(Schema):
     user = fields.Nested(UserOut, required=True)
     auth = fields.Str(required=True, metadata={"enum": ["token", "session"]})
     csrf_token = fields.Str(
-        allow_none=True, metadata={"description": "The session's CSRF token; null with a token"}
+        required=True,
+        allow_none=True,
+        metadata={"description": "The session's CSRF token; null with a token"},
     )
 
 
@@ -99,10 +101,10 @@ class InvitationIn(Schema):
 class InvitationOut(Schema):
     id = fields.Int(required=True)
     email = fields.Str(required=True)
-    role = fields.Str(required=True)
+    role = fields.Str(required=True, metadata={"enum": list(GLOBAL_ROLES)})
     token = fields.Str(required=True)
     link = fields.Str(required=True, metadata={"description": "<public_url>/invite/<token>"})
-    created_by = fields.Int(allow_none=True)
+    created_by = fields.Int(required=True, allow_none=True)
     created_at = fields.DateTime(required=True)
     expires_at = fields.DateTime(required=True)
 
@@ -111,7 +113,7 @@ class InvitationPublicOut(Schema):
     """What the invite page may show before the password is set."""
 
     email = fields.Str(required=True)
-    role = fields.Str(required=True)
+    role = fields.Str(required=True, metadata={"enum": list(GLOBAL_ROLES)})
     expires_at = fields.DateTime(required=True)
 
 
@@ -141,10 +143,15 @@ class ProjectPatchIn(Schema):
 class ProjectOut(Schema):
     id = fields.Int(required=True)
     name = fields.Str(required=True)
-    retention_days = fields.Int(allow_none=True)
+    retention_days = fields.Int(required=True, allow_none=True)
     created_at = fields.DateTime(required=True)
-    dsn = fields.Str(allow_none=True, metadata={"description": "DSN for Sentry SDKs"})
-    role = fields.Str(required=True, metadata={"description": "The caller's effective role"})
+    dsn = fields.Str(
+        required=True, allow_none=True, metadata={"description": "DSN for Sentry SDKs"}
+    )
+    role = fields.Str(
+        required=True,
+        metadata={"enum": list(PROJECT_ROLES), "description": "The caller's effective role"},
+    )
 
 
 class _JSONBool(fields.Boolean):
@@ -170,7 +177,7 @@ class KeyPatchIn(Schema):
 
 class KeyOut(Schema):
     id = fields.Int(required=True)
-    label = fields.Str(allow_none=True)
+    label = fields.Str(required=True, allow_none=True)
     public_key = fields.Str(required=True)
     dsn = fields.Str(required=True, metadata={"description": "DSN for Sentry SDKs"})
     is_active = fields.Bool(required=True)
@@ -202,7 +209,7 @@ class TokenOut(Schema):
     description = fields.Str(required=True)
     prefix = fields.Str(required=True, metadata={"description": "First characters of the token"})
     created_at = fields.DateTime(required=True)
-    last_used_at = fields.DateTime(allow_none=True)
+    last_used_at = fields.DateTime(required=True, allow_none=True)
 
 
 class NewTokenOut(TokenOut):

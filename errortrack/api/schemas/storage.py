@@ -29,8 +29,8 @@ class FiguresOut(Schema):
     bytes_on_disk = fields.Int(required=True)
     compressed_bytes = fields.Int(required=True)
     uncompressed_bytes = fields.Int(required=True)
-    oldest = _UTC(allow_none=True, metadata={"description": "Oldest row (UTC)"})
-    newest = _UTC(allow_none=True, metadata={"description": "Newest row (UTC)"})
+    oldest = _UTC(required=True, allow_none=True, metadata={"description": "Oldest row (UTC)"})
+    newest = _UTC(required=True, allow_none=True, metadata={"description": "Newest row (UTC)"})
 
 
 class TableOut(FiguresOut):
@@ -46,17 +46,23 @@ def _per_table(schema: type[Schema]) -> type[Schema]:
 
 class ProjectUsageOut(Schema):
     project_id = fields.Int(required=True)
-    name = fields.Str(allow_none=True, metadata={"description": "null: project deleted"})
+    name = fields.Str(
+        required=True, allow_none=True, metadata={"description": "null: project deleted"}
+    )
     exists = fields.Bool(required=True)
     retention_days = fields.Int(required=True, metadata={"description": "In effect for new data"})
-    retention_override = fields.Int(allow_none=True, metadata={"description": "null: default"})
+    retention_override = fields.Int(
+        required=True, allow_none=True, metadata={"description": "null: default"}
+    )
     tables = fields.Nested(_per_table(FiguresOut), required=True)
     total = fields.Nested(FiguresOut, required=True)
 
 
 class RelationalOut(Schema):
     backend = fields.Str(required=True, metadata={"enum": ["sqlite", "postgresql"]})
-    bytes = fields.Int(allow_none=True, metadata={"description": "null when not readable"})
+    bytes = fields.Int(
+        required=True, allow_none=True, metadata={"description": "null when not readable"}
+    )
 
 
 class RetentionOut(Schema):
@@ -94,7 +100,7 @@ _Counts = Schema.from_dict({t: fields.Int(required=True) for t in TABLES}, name=
 
 class CleanupOut(Schema):
     cutoff = fields.DateTime(required=True, metadata={"description": "Rows older are removed"})
-    project_id = fields.Int(allow_none=True)
+    project_id = fields.Int(required=True, allow_none=True)
     dry_run = fields.Bool(required=True)
     removed = fields.Nested(_Counts, required=True, metadata={"description": "Rows per table"})
     transactions = fields.Int(required=True, metadata={"description": "Root spans among spans"})
