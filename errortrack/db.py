@@ -75,9 +75,24 @@ def make_engine(url: str) -> Engine:
     # would otherwise override it.
     given = sa.engine.make_url(url).query
     defaults = {k: v for k, v in POSTGRES_CONNECT.items() if k not in given}
-    return sa.create_engine(
+    engine = sa.create_engine(
         url, pool_pre_ping=True, pool_size=10, max_overflow=10, connect_args=defaults
     )
+
+    @event.listens_for(engine, "connect")
+    def _iso_dates(dbapi_conn: Any, _record: Any) -> None:
+        # psycopg reads timestamptz only in the ISO DateStyle: a database (or role) set to
+        # another ('SQL, DMY') made every API read of a time a 500. The server reports the
+        # style on connecting, so the usual case costs nothing. A session-level SET, not
+        # the `options` startup parameter, which PgBouncer refuses; PgBouncer tracks
+        # DateStyle per client and restores it on whichever server connection it lends.
+        style = dbapi_conn.info.parameter_status("DateStyle") or ""
+        if not style.startswith("ISO"):
+            with dbapi_conn.cursor() as cur:
+                cur.execute("SET DateStyle TO 'ISO'")
+            dbapi_conn.commit()
+
+    return engine
 
 
 # libpq's connection settings for PostgreSQL. Without them a store behind a network

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from alembic import context
+from alembic.util.exc import CommandError
 from sqlalchemy import text
 
 from errortrack import models  # noqa: F401  (registers every table on Base.metadata)
@@ -35,11 +36,28 @@ def _record_applied(*, step: Any, **_: Any) -> None:
 MIGRATION_LOCK = 0x6572726F72747261
 
 
+def _refuse_unless_utf8(connection: Any) -> None:
+    """Stop before anything runs on a database that cannot hold every character.
+
+    A LATIN1 database migrated and served, then a project named with an emoji was a 500
+    and events titled in Chinese were accepted and quarantined; SQL_ASCII hands psycopg
+    bytes, and migrate, bootstrap and serve ended in a traceback. The encoding is fixed
+    when the database is created, so one check here (serve, bootstrap and token create
+    all migrate first) is enough."""
+    encoding = connection.connection.dbapi_connection.info.parameter_status("server_encoding")
+    if encoding != "UTF8":
+        raise CommandError(
+            f"the database's encoding is {encoding}; errortrack needs UTF8 "
+            "(CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0)"
+        )
+
+
 def run_migrations_online(url: str) -> None:
     engine = make_engine(url)
     try:
         with engine.connect() as connection:
             if connection.dialect.name == "postgresql":
+                _refuse_unless_utf8(connection)
                 # Instances started at once on one database would migrate it side by side and
                 # collide (two CREATE TABLE alembic_version): one at a time; the next finds
                 # the work done. Held by the session until unlocked or the connection closes.

@@ -42,21 +42,42 @@ def _admin_url(url: str) -> sa.URL:
 
 
 @contextlib.contextmanager
-def scratch_database(tmp_path: Path) -> Iterator[str]:
+def scratch_database(tmp_path: Path, *, encoding: str | None = None) -> Iterator[str]:
     """A brand-new, empty relational database: a Postgres database when the suite runs on
-    Postgres, else a SQLite file. Dropped afterwards."""
+    Postgres (in ``encoding`` when given), else a SQLite file. Dropped afterwards."""
     if not TEST_PG:
         yield f"sqlite:///{tmp_path / f'scratch-{uuid.uuid4().hex[:8]}.sqlite3'}"
         return
     name = f"et_scratch_{uuid.uuid4().hex[:12]}"
     admin = sa.create_engine(_admin_url(TEST_PG), isolation_level="AUTOCOMMIT")
+    how = f" TEMPLATE template0 ENCODING '{encoding}' LOCALE 'C'" if encoding else ""
     with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"{how}'))
     try:
         yield sa.make_url(TEST_PG).set(database=name).render_as_string(hide_password=False)
     finally:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def alter_pg_database(url: str, setting: str) -> None:
+    """``ALTER DATABASE <url's database> SET <setting>`` (or ``RESET ...``), then end the
+    database's sessions, so that every connection from now on has it (pooled ones are
+    reopened: pool_pre_ping)."""
+    name = sa.make_url(url).database
+    admin = sa.create_engine(_admin_url(url), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'ALTER DATABASE "{name}" {setting}'))
+            conn.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = :name AND pid <> pg_backend_pid()"
+                ),
+                {"name": name},
+            )
+    finally:
         admin.dispose()
 
 

@@ -12,13 +12,14 @@ SDKs read only the status and the rate-limit headers; the body is ``{"id": ...}`
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import io
 from typing import Any
 
 import falcon
 import falcon.asgi
 
-from errortrack.errors import BadRequest, RequestTimeout, Unauthorized
+from errortrack.errors import BadRequest, RequestTimeout, Unauthorized, Unavailable
 from errortrack.ingest import auth, body, envelope, items, service, skim
 
 # A browser SDK reads the rate-limit headers of the POST's answer only when it names them.
@@ -33,6 +34,13 @@ CORS = {
     "Access-Control-Max-Age": "3600",
 }
 ENVELOPE_TYPE = "application/x-sentry-envelope"
+
+# Key loads run on threads of their own: on the loop's default executor, loads stuck on a
+# locked or frozen relational store queued every other use of it (/readyz took 43 s).
+_KEY_LOADS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="ingest-keys")
+# How long a request waits for its key. A frozen store (no answer, no error) holds a
+# load's thread beyond any server-side timeout; the request is told 503 meanwhile.
+KEY_WAIT_SECONDS = 10.0
 
 
 class IngestBody:
@@ -109,10 +117,15 @@ class _IngestResource:
         one (and queueing for the connection pool)."""
         loading = self._loading.get(key)
         if loading is None:
-            started = asyncio.ensure_future(asyncio.to_thread(self.ingest.key_info, key))
+            loop = asyncio.get_running_loop()
+            started = loop.run_in_executor(_KEY_LOADS, self.ingest.key_info, key)
             started.add_done_callback(lambda _: self._loading.pop(key, None))
             self._loading[key] = loading = started
-        return await asyncio.shield(loading)  # one request cancelled must not cancel the load
+        try:
+            # Shielded: one request cancelled (or out of time) must not cancel the load.
+            return await asyncio.wait_for(asyncio.shield(loading), KEY_WAIT_SECONDS)
+        except TimeoutError:
+            raise Unavailable("project keys cannot be read now", retry_after=5) from None
 
     async def on_options(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, project_id: int

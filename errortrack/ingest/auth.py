@@ -3,7 +3,8 @@
 Places, in order: ``X-Sentry-Auth: Sentry sentry_key=...``, ``Authorization: Sentry ...``,
 the ``sentry_key`` query parameter, and (only when none of those is there) the envelope
 header's ``dsn``. Keys are cached in memory for a few seconds so that ingest does not
-hit the relational store per request; a disabled key stops working within that expiry.
+hit the relational store per request; a disabled key stops working within that expiry
+(or, while the store cannot be read, once it can: ``STALE_SECONDS``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from urllib.parse import urlsplit
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from errortrack.errors import Forbidden, Unauthorized
+from errortrack.errors import Forbidden, Unauthorized, Unavailable
 from errortrack.models import Project, ProjectKey
 
 KEY_SHAPE = re.compile(r"[A-Za-z0-9]{1,64}")
@@ -75,14 +76,32 @@ class KeyInfo:
     retention_days: int | None
 
 
-class KeyCache:
-    """public key -> KeyInfo (or None: unknown), each entry trusted for ``ttl`` seconds."""
+# How long a key's last answer stands in for a relational store that cannot be read,
+# and how soon a load is tried again meanwhile. Without it every SDK's logs and events
+# were 503s from 10 s (the expiry) into an outage, although they need nothing more from
+# that store until the spool is inserted. The price: a key disabled (or a project
+# deleted) just before an outage goes on working until the store answers again, at most
+# this long.
+STALE_SECONDS = 600.0
+RETRY_SECONDS = 2.0
 
-    def __init__(self, ttl: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+
+class KeyCache:
+    """public key -> KeyInfo (or None: unknown), each entry trusted for ``ttl`` seconds,
+    and for up to ``stale`` seconds more while loading it fails (``Unavailable``)."""
+
+    def __init__(
+        self,
+        ttl: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        stale: float = STALE_SECONDS,
+    ) -> None:
         self.ttl = ttl
         self.clock = clock
+        self.stale = stale
         self._lock = threading.Lock()
-        self._entries: dict[str, tuple[float, KeyInfo | None]] = {}
+        # key -> (trusted until, the answer, when it was loaded)
+        self._entries: dict[str, tuple[float, KeyInfo | None, float]] = {}
 
     def cached(self, key: str) -> tuple[bool, KeyInfo | None]:
         """(True, the entry) when ``lookup`` would answer without loading, else (False, None)."""
@@ -98,11 +117,18 @@ class KeyCache:
             hit = self._entries.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
-        info = load(key)
+        try:
+            info = load(key)
+        except Unavailable:
+            if hit is None or now - hit[2] > self.stale:
+                raise
+            with self._lock:
+                self._entries[key] = (now + RETRY_SECONDS, hit[1], hit[2])
+            return hit[1]
         with self._lock:
             if len(self._entries) > 100_000:
                 self._entries.clear()  # bound memory against random-key floods
-            self._entries[key] = (now + self.ttl, info)
+            self._entries[key] = (now + self.ttl, info, now)
         return info
 
 

@@ -5,12 +5,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from errortrack import db
 from errortrack.ingest.auth import KeyCache
 from errortrack.ingest.ratelimit import RateLimiter
 from errortrack.ingest.service import Ingest
 from errortrack.spool.segments import Spool
 from errortrack.spool.writer import Hook, Insert, Writer, clickhouse_insert
 from errortrack.state import AppState
+
+# How long a key load's statement may run on PostgreSQL (lock waits included). A key is
+# one indexed row; longer means the store is locked or stalled, and the SDK is better
+# told 503 (or answered from the key's last answer: auth.STALE_SECONDS).
+KEY_LOAD_SECONDS = 5.0
 
 
 @dataclasses.dataclass
@@ -45,7 +51,9 @@ def build(
         spool=spool,
         keys=KeyCache(),
         limiter=RateLimiter(settings.rate_limit_per_second),
-        sessions=state.sessions,
+        # A key load's statement is stopped after KEY_LOAD_SECONDS (a lock on the keys
+        # table held ingest requests, and /readyz behind them, for as long as the lock).
+        sessions=db.bounded_sessionmaker(state.engine, KEY_LOAD_SECONDS),
         clock=state.clock,
         default_retention_days=settings.retention_days,
         max_event_bytes=settings.max_event_bytes,

@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +34,7 @@ log = logging.getLogger(__name__)
 _NEWLINE = orjson.OPT_APPEND_NEWLINE
 # Items whose envelope header event_id is the id a client expects back.
 EVENT_TYPES = frozenset({"event", "transaction"})
+KEY_ERROR_TRACEBACK_EVERY = 60.0
 
 
 @dataclasses.dataclass
@@ -62,6 +65,8 @@ class Ingest:
     clock: Callable[[], dt.datetime]
     default_retention_days: int
     max_event_bytes: int  # ERRORTRACK_MAX_EVENT_BYTES
+    # When a key load's failure was last logged with its traceback (monotonic seconds).
+    _key_error_logged: float = dataclasses.field(default=-math.inf, init=False)
 
     def key_info(self, key: str) -> auth.KeyInfo | None:
         """The key's project and state, from the cache or (on a miss) the database."""
@@ -71,10 +76,20 @@ class Ingest:
         try:
             with self.sessions() as session:
                 return auth.load_key(session, key)
-        except (sqlalchemy.exc.DBAPIError, sqlalchemy.exc.TimeoutError):
+        except (sqlalchemy.exc.DBAPIError, sqlalchemy.exc.TimeoutError) as exc:
             # The relational store is down, or its pool busy (TimeoutError): the SDK
             # should come back, not log a 500 for every request whose key is not cached.
-            log.warning("ingest: project keys cannot be read", exc_info=True)
+            # The traceback once a minute: one per refused request was 20 MB of log in a
+            # 40 s outage.
+            now = time.monotonic()
+            detailed = now - self._key_error_logged >= KEY_ERROR_TRACEBACK_EVERY
+            if detailed:
+                self._key_error_logged = now
+            log.warning(
+                "ingest: project keys cannot be read: %s",
+                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                exc_info=detailed,
+            )
             raise Unavailable("project keys cannot be read now", retry_after=5) from None
 
     async def store(self, accepted: Accepted) -> None:

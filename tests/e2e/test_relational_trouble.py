@@ -1,0 +1,216 @@
+"""The relational store in trouble while errortrack serves (twenty-fourth session's review
+of PostgreSQL outages): honest 503s, no 500s, no request held without bound, and ingest
+that goes on for the keys it knows. The PostgreSQL-only ones need a real server's
+settings (read-only, DateStyle, encodings, locks) and are skipped on SQLite.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+import uuid
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from errortrack import db
+from errortrack.ingest import auth
+from tests.ingest_support import ingest_auth, log_envelope
+from tests.support import (
+    TEST_PG,
+    alter_pg_database,
+    errortrack,
+    scratch_database,
+    served_with_token,
+    server_env,
+)
+
+pg_only = pytest.mark.skipif(not TEST_PG, reason="needs PostgreSQL's own settings")
+
+
+def _project(server, token: str) -> dict:
+    made = httpx.post(
+        f"{server.url}/api/projects",
+        json={"name": f"p-{uuid.uuid4().hex[:6]}"},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert made.status_code == 201, made.text
+    return made.json()
+
+
+@pg_only
+def test_a_read_only_database_is_a_503_not_a_500(tmp_path):
+    """A standby after a failover refuses writes with SQLSTATE 25006, which psycopg
+    raises as InternalError: every write was a 500, and so was every read with a token
+    (it records last_used_at), with no Retry-After."""
+    with served_with_token(tmp_path) as (server, token):
+        url = server.env["ERRORTRACK_DATABASE_URL"]
+        bearer = {"Authorization": f"Bearer {token}"}
+        alter_pg_database(url, "SET default_transaction_read_only = on")
+        try:
+            for method, path, body in [
+                ("GET", "/api/projects", None),
+                ("POST", "/api/projects", {"name": "during failover"}),
+            ]:
+                resp = httpx.request(method, f"{server.url}{path}", json=body, headers=bearer)
+                assert resp.status_code == 503, (path, resp.text)
+                assert resp.json()["error"]["code"] == "unavailable"
+                assert resp.headers["Retry-After"] == "5"
+        finally:
+            alter_pg_database(url, "RESET default_transaction_read_only")
+        assert httpx.get(f"{server.url}/api/projects", headers=bearer).status_code == 200
+        assert "Traceback" not in server.log()
+
+
+@pg_only
+def test_a_database_in_another_date_style_is_read(tmp_path):
+    """psycopg reads timestamptz only in the ISO DateStyle: with the database set to
+    'SQL, DMY' every API read of a time was a 500 and `token create` a traceback."""
+    with served_with_token(tmp_path) as (server, token):
+        url = server.env["ERRORTRACK_DATABASE_URL"]
+        alter_pg_database(url, "SET DateStyle = 'SQL, DMY'")
+        created = _project(server, token)
+        listed = httpx.get(
+            f"{server.url}/api/projects", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert listed.status_code == 200, listed.text
+        assert [p["created_at"] for p in listed.json()] == [created["created_at"]]
+        made = errortrack(
+            "token", "create", "--email", "root@example.com", "--description", "d",
+            env=server.env,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
+
+
+@pg_only
+def test_a_database_not_in_utf8_is_refused_in_one_line(tmp_path):
+    """A LATIN1 database migrated and served; then a project named with an emoji was a 500
+    and events titled in Chinese were acknowledged and quarantined."""
+    with scratch_database(tmp_path, encoding="LATIN1") as url:
+        env = server_env(tmp_path / "data", url)
+        migrated = errortrack("migrate", env=env)
+        assert migrated.returncode == 1
+        assert migrated.stderr.strip().splitlines() == [
+            "Error: relational store (ERRORTRACK_DATABASE_URL): the database's encoding is "
+            "LATIN1; errortrack needs UTF8 (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE "
+            "template0)"
+        ]
+        with sa.create_engine(url).connect() as conn:
+            tables = conn.execute(
+                sa.text("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+            )
+            assert tables.scalar() == 0  # nothing was created
+
+
+def test_an_exhausted_connection_pool_is_a_503(ingest_world):
+    """Every pooled connection busy past the pool's wait was a 500 internal_error."""
+    world = ingest_world
+    pool = world.state.engine.pool
+    pool._timeout = 0.2  # the real pool, made to give up sooner than its 30 s
+    held = []
+    try:
+        while True:
+            try:
+                held.append(world.state.engine.connect())
+            except sa.exc.TimeoutError:
+                break
+        resp = world.call("viewer", "GET", "/api/projects")
+        assert resp.status_code == 503, resp.text
+        assert resp.json["error"]["code"] == "unavailable"
+        assert resp.headers["Retry-After"] == "5"
+    finally:
+        for conn in held:
+            conn.close()
+    assert world.call("viewer", "GET", "/api/projects").status_code == 200
+
+
+def test_known_keys_go_on_working_while_keys_cannot_be_read(ingest_world, tmp_path):
+    """The key cache trusted an entry for 10 s; past that, every SDK's logs and events were
+    503s for as long as the relational store could not be read, although the spool needs
+    nothing more from it. A key's last answer now stands in for up to STALE_SECONDS."""
+    world = ingest_world
+    pid = world.project_id
+    headers = ingest_auth(world.factory, pid)
+    body = log_envelope([{"timestamp": time.time(), "level": "info", "body": "before"}])
+
+    def send() -> int:
+        return world.client.simulate_post(
+            f"/api/{pid}/envelope/", body=body, headers=headers
+        ).status_code
+
+    assert send() == 200
+    ingest = world.state.ingest.ingest
+    # A real store that cannot be opened: the directory does not exist.
+    broken = db.make_engine(f"sqlite:///{tmp_path / 'gone' / 'x.sqlite3'}")
+    ingest.sessions = db.make_sessionmaker(broken)
+    started = time.monotonic()
+    ingest.keys.clock = lambda: time.monotonic() + (ingest.keys.ttl + 1)  # expired
+    assert send() == 200
+    ingest.keys.clock = lambda: started + auth.STALE_SECONDS + ingest.keys.ttl + 5
+    assert send() == 503  # too long since the key was last read
+    broken.dispose()
+
+
+def test_key_cache_answers_stale_only_for_failures_it_may_ride_out():
+    now = [0.0]
+    cache = auth.KeyCache(ttl=10, clock=lambda: now[0], stale=600)
+    info = auth.KeyInfo(1, True, None)
+    assert cache.lookup("k", lambda _: info) is info
+
+    def down(_key: str) -> auth.KeyInfo | None:
+        raise auth.Unavailable("down", retry_after=5)
+
+    now[0] = 11
+    assert cache.lookup("k", down) is info
+    # Retried after a short while, not on every request meanwhile.
+    assert cache.cached("k") == (True, info)
+    now[0] = 11 + auth.RETRY_SECONDS + 1
+    assert cache.cached("k") == (False, None)
+    assert cache.lookup("k", lambda _: None) is None  # the store answers again: it wins
+    now[0] = 30
+    with pytest.raises(auth.Unavailable):
+        cache.lookup("other", down)  # nothing known: nothing to stand in
+    now[0] = 700
+    with pytest.raises(auth.Unavailable):
+        cache.lookup("k", down)  # the last answer is older than 600 s
+
+
+@pg_only
+def test_a_locked_keys_table_holds_neither_ingest_nor_readyz(tmp_path):
+    """A lock on project_keys (a migration, an ALTER TABLE) held every ingest request with
+    a key not yet cached for as long as the lock, and /readyz queued behind those loads
+    on the loop's default executor (43 s in the review)."""
+    with served_with_token(tmp_path) as (server, token):
+        created = _project(server, token)
+        locker = sa.create_engine(server.env["ERRORTRACK_DATABASE_URL"])
+        conn = locker.connect()
+        try:
+            conn.execute(sa.text("LOCK TABLE project_keys IN ACCESS EXCLUSIVE MODE"))
+            body = log_envelope([{"timestamp": time.time(), "level": "info", "body": "x"}])
+
+            def ingest(key: str) -> tuple[int, float]:
+                began = time.monotonic()
+                resp = httpx.post(
+                    f"{server.url}/api/{created['id']}/envelope/",
+                    content=body,
+                    headers={"X-Sentry-Auth": f"Sentry sentry_key={key}"},
+                    timeout=60,
+                )
+                return resp.status_code, time.monotonic() - began
+
+            keys = [uuid.uuid4().hex for _ in range(8)]
+            with concurrent.futures.ThreadPoolExecutor(len(keys)) as pool:
+                sent = [pool.submit(ingest, key) for key in keys]
+                time.sleep(1)  # every load is waiting on the lock
+                began = time.monotonic()
+                ready = httpx.get(f"{server.url}/readyz", timeout=60)
+                readyz_took = time.monotonic() - began
+                answers = [future.result() for future in sent]
+            assert (ready.status_code, readyz_took < 3) == (200, True), readyz_took
+            assert all(status == 503 for status, _ in answers), answers
+            assert max(took for _, took in answers) < 15, answers
+        finally:
+            conn.rollback()
+            conn.close()
+            locker.dispose()
