@@ -15,9 +15,10 @@ import falcon
 import falcon.asgi
 import psycopg
 import sqlalchemy.exc
+import sqlalchemy.orm.exc
 from clickhouse_connect.driver import exceptions as clickhouse_errors
 
-from errortrack.errors import ErrortrackError, QueryTimeout, Unavailable
+from errortrack.errors import ErrortrackError, NotFound, QueryTimeout, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,13 @@ def _relational_error(req: falcon.Request, resp: falcon.Response, ex: Exception,
     _relational_unavailable(req, resp, ex, p)
 
 
+def _deleted_meanwhile(req: falcon.Request, resp: falcon.Response, ex: Exception, p: Any) -> None:
+    # The ORM's UPDATE of a row it had read matched none: another request deleted the
+    # row in between (resolving an issue a colleague was deleting was a 500). For this
+    # caller the resource does not exist, as a moment later it would be told anyway.
+    _domain(req, resp, NotFound(f"no resource at {req.path}: it was deleted meanwhile"), p)
+
+
 def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception, _p: Any) -> None:
     log.exception("unhandled error on %s %s", req.method, req.path)
     resp.status = 500
@@ -162,6 +170,7 @@ _HANDLERS: list[tuple[type[Exception], Any]] = [
     (falcon.HTTPError, _falcon),
     (ErrortrackError, _domain),
     (sqlalchemy.exc.DBAPIError, _relational_error),
+    (sqlalchemy.orm.exc.StaleDataError, _deleted_meanwhile),
     # The connection pool's wait ran out (every connection busy): the store is
     # overloaded, not broken (it was a 500).
     (sqlalchemy.exc.TimeoutError, _relational_unavailable),

@@ -102,8 +102,9 @@ def delete(
     the mutation (``lightweight_deletes_sync = 0``): the request answers at once, and
     the rows, unreachable through the deleted issue, go within the mutation's time.
     Events of this fingerprint still in the spool will open a new issue, as they would
-    for a new error; one grouped into this issue while its events are being deleted is
-    left under the deleted id, unlisted, until its retention ends.
+    for a new error. A batch grouped into this issue before its row went but inserted
+    after this DELETE was made is not touched by it: the API deletes the events again
+    after its commit, and the writer after such an insert (GroupingHook.after_insert).
     """
     issue = get_issue(session, project_id=project_id, issue_id=issue_id)  # 404 first
     delete_events(clickhouse, project_id=project_id, issue_id=issue_id, wait=wait)

@@ -109,6 +109,13 @@ def existing_projects(session: Session, project_ids: Iterable[int]) -> set[int]:
     return set(session.scalars(sa.select(Project.id).where(Project.id.in_(ids))))
 
 
+def existing_issues(session: Session, issue_ids: Iterable[int]) -> set[int]:
+    ids = sorted(set(issue_ids))
+    if not ids:
+        return set()
+    return set(session.scalars(sa.select(Issue.id).where(Issue.id.in_(ids))))
+
+
 def create_issues(session: Session, groups: dict[Key, Group]) -> None:
     """Insert the issues that do not exist yet, with a zero count (``add_counts`` counts)."""
     values = [

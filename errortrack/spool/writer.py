@@ -89,6 +89,14 @@ class Hook(Protocol):
     ) -> list[dict[str, Any]]: ...
 
 
+class AfterInsert(Protocol):
+    """A hook may also have ``after_insert(data)``, called with the rows it returned (as
+    inserted, JSON lines) once ClickHouse holds them; a failure there is logged, not
+    retried: the rows are in."""
+
+    def after_insert(self, data: bytes, /) -> None: ...
+
+
 class HookRefusal(Exception):
     """A hook's data error, returned by ``Writer._try`` as the refusal of its rows (the
     message is the hook's error's), so that a row refused alone is known to be one the
@@ -273,7 +281,7 @@ class Writer:
         if not hooked:
             return
         try:
-            self.insert(table, hooked, token)
+            self._insert(table, hooked, token)
         except Exception as exc:
             if not self._poisoned(token, exc, quarantine.is_data_error):
                 raise
@@ -298,6 +306,17 @@ class Writer:
         decoded = [decode_row(line) for line in data.splitlines()]
         rows = hook(decoded, token, enclosing, counted=counted)
         return b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows)
+
+    def _insert(self, table: str, hooked: bytes, token: str) -> None:
+        """Insert a hooked batch, then tell the hook that took it (``AfterInsert``)."""
+        self.insert(table, hooked, token)
+        after = getattr(self.hooks.get(table), "after_insert", None)
+        if after is None:
+            return
+        try:
+            after(hooked)
+        except Exception:
+            log.warning("spool: the %s hook failed after %s went in", table, token, exc_info=True)
 
     def _poisoned(self, token: str, exc: Exception, is_data: Callable[[Exception], bool]) -> bool:
         """Whether ``token``'s batch has now failed with a data error often enough."""
@@ -377,7 +396,7 @@ class Writer:
         if not hooked:
             return None
         try:
-            self.insert(batch.table, hooked, token)
+            self._insert(batch.table, hooked, token)
         except Exception as exc:
             if not quarantine.is_data_error(exc):
                 raise
@@ -406,7 +425,7 @@ class Writer:
             # once the tokens that would tell are forgotten.
             entry["counted"] = True
         if hooked:
-            self.insert(table, hooked, token)
+            self._insert(table, hooked, token)
 
 
 # Events last: a segment is retried whole, and every table of it that went in before the

@@ -1,0 +1,92 @@
+"""Issues changed by people while their events arrive (twenty-fourth session's review of
+issue state under concurrency). Each race is made to happen at its exact moment, through
+the real stores: the writer's own insert step, or the ORM's own flush."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from errortrack.models import Issue
+from tests.ingest_support import send_events
+
+
+def _event(message: str, timestamp: float) -> dict:
+    return {"event_id": uuid.uuid4().hex, "message": message, "timestamp": timestamp}
+
+
+def _project_events(world) -> list[dict]:
+    page = world.call("viewer", "GET", f"/api/projects/{world.project_id}/events")
+    assert page.status_code == 200, page.text
+    return page.json["items"]
+
+
+def test_events_inserted_after_their_issue_was_deleted_are_deleted_too(ingest_world):
+    """The writer counts a batch into an issue, commits, then inserts it into ClickHouse.
+    An issue deleted in between kept that batch's events under the deleted id, listed
+    by the project's events until their retention ended (120 of 120 in the review)."""
+    world = ingest_world
+    pid = world.project_id
+    send_events(world, pid, [_event("checkout failed", time.time())])
+    (issue,) = world.call("viewer", "GET", f"/api/projects/{pid}/issues").json["items"]
+
+    writer = world.state.ingest.writer
+    insert = writer.insert
+
+    def delete_then_insert(table: str, data: bytes, token: str) -> None:
+        if table == "events":
+            gone = world.call("editor", "DELETE", f"/api/projects/{pid}/issues/{issue['id']}")
+            assert gone.status_code == 204, gone.text
+        insert(table, data, token)
+
+    writer.insert = delete_then_insert
+    try:
+        send_events(world, pid, [_event("checkout failed", time.time()) for _ in range(3)])
+    finally:
+        writer.insert = insert
+    # The DELETEs are scheduled (lightweight_deletes_sync = 0): give the mutation time.
+    deadline = time.monotonic() + 20
+    while _project_events(world) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _project_events(world) == []
+    assert world.call("viewer", "GET", f"/api/projects/{pid}/issues").json["items"] == []
+
+
+def test_a_status_change_of_an_issue_deleted_meanwhile_is_a_404(ingest_world):
+    """Resolving an issue that a colleague deleted between the resolve's read and its
+    write was a 500 (the ORM's UPDATE matched no row: StaleDataError)."""
+    world = ingest_world
+    pid = world.project_id
+    send_events(world, pid, [_event("payment declined", time.time())])
+    # Read as the editor first: its token's last-used time is then written, and the
+    # resolve below writes nothing before its UPDATE (SQLite would hold its lock).
+    (issue,) = world.call("editor", "GET", f"/api/projects/{pid}/issues").json["items"]
+
+    def delete_first(session: Session, _context, _instances) -> None:
+        if any(isinstance(obj, Issue) for obj in session.dirty):
+            with world.state.engine.begin() as other:
+                other.execute(sa.delete(Issue).where(Issue.id == issue["id"]))
+
+    sa.event.listen(Session, "before_flush", delete_first)
+    try:
+        resp = world.call("editor", "POST", f"/api/projects/{pid}/issues/{issue['id']}/resolve")
+    finally:
+        sa.event.remove(Session, "before_flush", delete_first)
+    assert resp.status_code == 404, resp.text
+    assert resp.json["error"]["code"] == "not_found"
+
+
+def test_first_and_last_seen_are_the_stored_event_time(ingest_world):
+    """The grouping hook rounded a float time to the microsecond, ClickHouse cuts it: half
+    of all float times made the issue's first and last seen 1 us later than its event."""
+    world = ingest_world
+    pid = world.project_id
+    at = float(int(time.time()) - 60) + 0.1234567  # 7 digits: the 7th decides
+    send_events(world, pid, [_event("timed", at)])
+    (issue,) = world.call("viewer", "GET", f"/api/projects/{pid}/issues").json["items"]
+    (event,) = _project_events(world)
+    assert issue["first_seen"] == issue["last_seen"] == event["timestamp"]
+    assert event["timestamp"].endswith(".123456Z")
