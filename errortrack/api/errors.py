@@ -18,7 +18,8 @@ import sqlalchemy.exc
 import sqlalchemy.orm.exc
 from clickhouse_connect.driver import exceptions as clickhouse_errors
 
-from errortrack.errors import ErrortrackError, NotFound, QueryTimeout, Unavailable
+from errortrack.errors import ErrortrackError, NotFound, QueryTimeout, Unauthorized, Unavailable
+from errortrack.models import ApiToken, LoginSession
 
 log = logging.getLogger(__name__)
 
@@ -133,11 +134,21 @@ def _relational_error(req: falcon.Request, resp: falcon.Response, ex: Exception,
     _relational_unavailable(req, resp, ex, p)
 
 
+# The tables of the caller's own credentials, whose last-used time a request writes.
+_CREDENTIALS = (f"'{ApiToken.__tablename__}'", f"'{LoginSession.__tablename__}'")
+
+
 def _deleted_meanwhile(req: falcon.Request, resp: falcon.Response, ex: Exception, p: Any) -> None:
     # The ORM's UPDATE of a row it had read matched none: another request deleted the
     # row in between (resolving an issue a colleague was deleting was a 500). For this
-    # caller the resource does not exist, as a moment later it would be told anyway.
-    _domain(req, resp, NotFound(f"no resource at {req.path}: it was deleted meanwhile"), p)
+    # caller the resource does not exist, as a moment later it would be told anyway;
+    # unless the row was its own token or login session (SQLAlchemy names the table),
+    # revoked meanwhile: then it is the caller who is no longer known.
+    if any(table in str(ex) for table in _CREDENTIALS):
+        refusal: ErrortrackError = Unauthorized("the credentials were revoked meanwhile")
+    else:
+        refusal = NotFound(f"no resource at {req.path}: it was deleted meanwhile")
+    _domain(req, resp, refusal, p)
 
 
 def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception, _p: Any) -> None:

@@ -35,6 +35,18 @@ CORS = {
 }
 ENVELOPE_TYPE = "application/x-sentry-envelope"
 
+
+def _load_done(loading: dict[str, Any], key: str) -> Any:
+    def done(future: asyncio.Future[Any]) -> None:
+        loading.pop(key, None)
+        # Nobody may be waiting (a known key's request answered from its last answer):
+        # the failure is logged where it happened (Ingest._load_key), not again here.
+        if not future.cancelled():
+            future.exception()
+
+    return done
+
+
 # Key loads run on threads of their own: on the loop's default executor, loads stuck on a
 # locked or frozen relational store queued every other use of it (/readyz took 43 s).
 _KEY_LOADS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="ingest-keys")
@@ -114,13 +126,19 @@ class _IngestResource:
         """Load a key missing from the cache (a relational query) in a thread, off the
         loop. One load per key at a time: when the cache entry expires under load, the
         requests in flight for that key wait for the same query instead of each sending
-        one (and queueing for the connection pool)."""
+        one (and queueing for the connection pool). A key read before (within
+        ``auth.STALE_SECONDS``) is not waited for: its last answer serves the request
+        while the load refreshes it, so a store that is locked or frozen (no error, no
+        answer) holds no request of a known key."""
         loading = self._loading.get(key)
         if loading is None:
             loop = asyncio.get_running_loop()
             started = loop.run_in_executor(_KEY_LOADS, self.ingest.key_info, key)
-            started.add_done_callback(lambda _: self._loading.pop(key, None))
+            started.add_done_callback(_load_done(self._loading, key))
             self._loading[key] = loading = started
+        known, info = self.ingest.keys.stale(key)
+        if known:
+            return info
         try:
             # Shielded: one request cancelled (or out of time) must not cancel the load.
             return await asyncio.wait_for(asyncio.shield(loading), KEY_WAIT_SECONDS)

@@ -88,17 +88,17 @@ RETRY_SECONDS = 2.0
 
 class KeyCache:
     """public key -> KeyInfo (or None: unknown), each entry trusted for ``ttl`` seconds,
-    and for up to ``stale`` seconds more while loading it fails (``Unavailable``)."""
+    and for up to ``stale_for`` seconds more while loading it fails (``Unavailable``)."""
 
     def __init__(
         self,
         ttl: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
-        stale: float = STALE_SECONDS,
+        stale_for: float = STALE_SECONDS,
     ) -> None:
         self.ttl = ttl
         self.clock = clock
-        self.stale = stale
+        self.stale_for = stale_for
         self._lock = threading.Lock()
         # key -> (trusted until, the answer, when it was loaded)
         self._entries: dict[str, tuple[float, KeyInfo | None, float]] = {}
@@ -111,6 +111,16 @@ class KeyCache:
             return True, hit[1]
         return False, None
 
+    def stale(self, key: str) -> tuple[bool, KeyInfo | None]:
+        """(True, the last answer) when one was loaded within ``stale_for`` seconds,
+        expired or not, else (False, None): what a request may use while a load is
+        under way."""
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is not None and self.clock() - hit[2] <= self.stale_for:
+            return True, hit[1]
+        return False, None
+
     def lookup(self, key: str, load: Callable[[str], KeyInfo | None]) -> KeyInfo | None:
         now = self.clock()
         with self._lock:
@@ -120,7 +130,7 @@ class KeyCache:
         try:
             info = load(key)
         except Unavailable:
-            if hit is None or now - hit[2] > self.stale:
+            if hit is None or now - hit[2] > self.stale_for:
                 raise
             with self._lock:
                 self._entries[key] = (now + RETRY_SECONDS, hit[1], hit[2])

@@ -30,7 +30,6 @@ import decimal
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
 from sqlalchemy.orm import Session, sessionmaker
 
 from errortrack.analytics import ClickHouse
@@ -62,6 +61,9 @@ class GroupingHook:
         self.prune_every = prune_every
         self._cache: dict[Key, int] = {}
         self._calls = 0
+        # The last call's token and the (project, issue) pairs of the rows it returned
+        # (after_insert): the writer calls the two in turn, from its one thread.
+        self._handed: tuple[str, set[tuple[int, int]]] = ("", set())
 
     def __call__(
         self,
@@ -86,9 +88,11 @@ class GroupingHook:
             if issue_id is not None and (issue_id, row["event_id"]) not in stored:
                 row["issue_id"] = issue_id
                 kept.append(row)
+        # For after_insert, which the writer calls with this token once these are in.
+        self._handed = (batch_token, {(int(r["project_id"]), r["issue_id"]) for r in kept})
         return kept
 
-    def after_insert(self, data: bytes) -> None:
+    def after_insert(self, token: str) -> None:
         """Delete again the events just inserted into issues deleted meanwhile.
 
         An issue's DELETE (issues.service.delete) removes the events in the parts that
@@ -97,11 +101,9 @@ class GroupingHook:
         the second DELETE, stayed under the deleted id and was listed (review: 120 of 120
         large events, 3 rounds of 3). The row's delete waits for this hook's commit, so
         an issue found gone here is gone for good: its events are deleted once more."""
-        if self.store is None:
+        handed, issues = self._handed
+        if self.store is None or handed != token or not issues:
             return
-        issues = {
-            (int(r["project_id"]), int(r["issue_id"])) for r in map(orjson.loads, data.splitlines())
-        }
         with unit_of_work(self.sessions) as session:
             alive = store.existing_issues(session, [i for _, i in issues])
         for project_id, issue_id in sorted(issues):
@@ -246,12 +248,12 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 def _as_datetime(value: Any) -> dt.datetime:
     """Row timestamps are float Unix seconds or ISO strings (the spool's JSON rows).
 
-    A float is cut to whole microseconds as ClickHouse reads its decimal digits into
-    DateTime64(6); fromtimestamp rounds, and half of all float times made an issue's
-    first and last seen 1 us later than its events' (review)."""
+    A float is cut (towards zero) to whole microseconds, as ClickHouse reads its decimal
+    digits into DateTime64(6); fromtimestamp rounds, and half of all float times made an
+    issue's first and last seen 1 us later than its events' (review)."""
     if isinstance(value, int | float):
         seconds, micros = divmod(
-            int(decimal.Decimal(repr(value)).scaleb(6).to_integral_value(decimal.ROUND_FLOOR)),
+            int(decimal.Decimal(repr(value)).scaleb(6).to_integral_value(decimal.ROUND_DOWN)),
             1_000_000,
         )
         return _EPOCH + dt.timedelta(seconds=seconds, microseconds=micros)

@@ -90,11 +90,11 @@ class Hook(Protocol):
 
 
 class AfterInsert(Protocol):
-    """A hook may also have ``after_insert(data)``, called with the rows it returned (as
-    inserted, JSON lines) once ClickHouse holds them; a failure there is logged, not
-    retried: the rows are in."""
+    """A hook may also have ``after_insert(token)``, called with the token of its last
+    call once ClickHouse holds the rows that call returned; a failure there is logged,
+    not retried: the rows are in."""
 
-    def after_insert(self, data: bytes, /) -> None: ...
+    def after_insert(self, token: str, /) -> None: ...
 
 
 class HookRefusal(Exception):
@@ -314,7 +314,7 @@ class Writer:
         if after is None:
             return
         try:
-            after(hooked)
+            after(token)
         except Exception:
             log.warning("spool: the %s hook failed after %s went in", table, token, exc_info=True)
 

@@ -10,7 +10,8 @@ import uuid
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from errortrack.models import Issue
+from errortrack.api import issues as api_issues
+from errortrack.models import ApiToken, Issue
 from tests.ingest_support import send_events
 
 
@@ -55,6 +56,43 @@ def test_events_inserted_after_their_issue_was_deleted_are_deleted_too(ingest_wo
     assert world.call("viewer", "GET", f"/api/projects/{pid}/issues").json["items"] == []
 
 
+def test_events_inserted_before_the_delete_commits_are_deleted_by_the_api(
+    ingest_world, monkeypatch
+):
+    """The other order: the batch goes in after the API's first DELETE but before its
+    commit, so the writer still finds the issue; the API's DELETE after its commit is
+    what removes them (the writer's own check is switched off here to show it)."""
+    world = ingest_world
+    pid = world.project_id
+    send_events(world, pid, [_event("refund failed", time.time())])
+    (issue,) = world.call("viewer", "GET", f"/api/projects/{pid}/issues").json["items"]
+    writer = world.state.ingest.writer
+    monkeypatch.setattr(writer.hooks["events"], "after_insert", lambda token: None)
+    insert = writer.insert
+    delete = api_issues.service.delete
+
+    def delete_then_let_the_insert_in(*args, **kwargs) -> None:
+        delete(*args, **kwargs)
+        insert(*pending)
+
+    def insert_during_the_delete(table: str, data: bytes, token: str) -> None:
+        if table != "events":
+            insert(table, data, token)
+            return
+        pending[:] = [table, data, token]
+        gone = world.call("editor", "DELETE", f"/api/projects/{pid}/issues/{issue['id']}")
+        assert gone.status_code == 204, gone.text
+
+    pending: list = []
+    monkeypatch.setattr(api_issues.service, "delete", delete_then_let_the_insert_in)
+    monkeypatch.setattr(writer, "insert", insert_during_the_delete)
+    send_events(world, pid, [_event("refund failed", time.time()) for _ in range(3)])
+    deadline = time.monotonic() + 20
+    while _project_events(world) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _project_events(world) == []
+
+
 def test_a_status_change_of_an_issue_deleted_meanwhile_is_a_404(ingest_world):
     """Resolving an issue that a colleague deleted between the resolve's read and its
     write was a 500 (the ORM's UPDATE matched no row: StaleDataError)."""
@@ -90,3 +128,25 @@ def test_first_and_last_seen_are_the_stored_event_time(ingest_world):
     (event,) = _project_events(world)
     assert issue["first_seen"] == issue["last_seen"] == event["timestamp"]
     assert event["timestamp"].endswith(".123456Z")
+
+
+def test_a_token_revoked_while_its_request_runs_is_a_401(ingest_world):
+    """The request records its token's last use; a token revoked in between made the ORM's
+    UPDATE match no row. It is the caller who is no longer known (not a 404 of the path)."""
+    world = ingest_world
+    user_id = world.add_user()
+    token = world.add_token(user_id)
+
+    def revoke_first(session: Session, _context, _instances) -> None:
+        if any(isinstance(obj, ApiToken) for obj in session.dirty):
+            with world.state.engine.begin() as other:
+                other.execute(sa.delete(ApiToken).where(ApiToken.user_id == user_id))
+
+    sa.event.listen(Session, "before_flush", revoke_first)
+    try:
+        resp = world.client.simulate_get(
+            "/api/projects", headers={"Authorization": f"Bearer {token}"}
+        )
+    finally:
+        sa.event.remove(Session, "before_flush", revoke_first)
+    assert resp.status_code == 401, resp.text
