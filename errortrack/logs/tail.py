@@ -191,6 +191,9 @@ def _last(
     recent = max(high - _RECENT_BLOCKS, 0)
     rows = store.query_rows(sql, {**params, "low": recent, "limit": limit})
     if len(rows) < limit and recent > 0:
+        # Let go of the first answer before reading the second: both at once held two
+        # pages of logs in memory (+3.5 GB for a page of 1 MB logs, against +2.7 GB).
+        del rows
         rows = store.query_rows(sql, {**params, "low": 0, "limit": limit})
     return rows[::-1]
 

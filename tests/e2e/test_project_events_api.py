@@ -133,3 +133,21 @@ def test_one_event_by_id_without_its_issue(ingest_world):
     assert w.client.simulate_delete(issue_path, headers=w.headers("editor")).status_code == 204
     gone = _get(w, f"{path}/{mine['event_id']}")
     assert gone.status_code == 404 and gone.json["error"]["message"] == "event not found"
+
+
+def test_payload_lists_take_at_most_100_per_page(ingest_world):
+    """Each item carries its event's whole payload (up to 1 MiB): a page of 1000 was a
+    910 MiB answer that cost the worker 2.5 GB, and a few at once got it killed (review,
+    twenty-fourth session). The logs, issues and spans lists keep 1000."""
+    w = ingest_world
+    send_events(w, w.project_id, [_event("only", 1)])
+    (issue,) = _get(w, f"/api/projects/{w.project_id}/issues", "").json["items"]
+    for path in (
+        f"/api/projects/{w.project_id}/events",
+        f"/api/projects/{w.project_id}/issues/{issue['id']}/events",
+    ):
+        assert _get(w, path, "per_page=100").status_code == 200
+        resp = _get(w, path, "per_page=101")
+        assert resp.status_code == 400, resp.text
+        assert resp.json["error"]["field"] == "per_page"
+    assert _get(w, f"/api/projects/{w.project_id}/logs", "per_page=1000").status_code == 200

@@ -12,6 +12,7 @@ from errortrack.api.schemas.paging import (
     CursorText,
     OneWayToPage,
     PageQuery,
+    PayloadPageQuery,
     page_of,
     page_request,
     refuse_page_with_cursor,
@@ -215,7 +216,7 @@ class IssuesQuery(PageQuery):
         }
 
 
-class EventsQuery(_EventCursor, _EventFilters, PageQuery):
+class EventsQuery(_EventCursor, _EventFilters, PayloadPageQuery):
     @post_load
     def _split(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
         return {
@@ -225,7 +226,7 @@ class EventsQuery(_EventCursor, _EventFilters, PageQuery):
         }
 
 
-class ProjectEventsQuery(_EventCursor, _EventFilters, PageQuery):
+class ProjectEventsQuery(_EventCursor, _EventFilters, PayloadPageQuery):
     trace_id = TraceId(
         metadata={
             "description": "Only the events sent inside this trace: 32 hex digits, any "
