@@ -60,9 +60,12 @@ def resolve_session(
     if row is None:
         return None
     login, user = row
-    if login.expires_at <= now:
+    # An expiry further than a lifetime away was set while the clock was ahead (a login
+    # made a year ahead lived a year once the clock was put right): expired too.
+    if login.expires_at <= now or login.expires_at > now + LIFETIME:
         return None
-    if login.last_seen_at is None or now - login.last_seen_at >= LAST_SEEN_EVERY:
+    since = None if login.last_seen_at is None else now - login.last_seen_at
+    if since is None or not dt.timedelta(0) <= since < LAST_SEEN_EVERY:
         login.last_seen_at = now
     return login, user
 

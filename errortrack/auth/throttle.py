@@ -109,6 +109,12 @@ class LoginThrottle:
 
     def _live(self, email: str, ip: str, now: dt.datetime) -> _Entry | None:
         entry = self._entries.get((email, ip))
+        if entry is not None:
+            # Times ahead of now were taken before the wall clock was stepped back: a step
+            # of 2 h made a 1-minute lockout last 2 h (review). Bound them by now.
+            entry.last_failure = min(entry.last_failure, now)
+            if entry.blocked_until is not None:
+                entry.blocked_until = min(entry.blocked_until, now + MAX_DELAY)
         if entry is not None and self._stale(entry, now):
             del self._entries[(email, ip)]
             return None

@@ -140,7 +140,7 @@ class GroupingHook:
         # A replay counts only into issues created now (the old ones were deleted).
         counted = ids if first_time else {k: ids[k] for k in created}
         counted = {k: i for k, i in counted.items() if k in groups}
-        gone = store.add_counts(session, {k: (i, groups[k]) for k, i in counted.items()})
+        gone = store.add_counts(session, {k: (i, groups[k]) for k, i in counted.items()}, now=now)
         if gone:
             # Cached issues deleted since: create them again and count into those.
             for key in gone:
@@ -148,7 +148,7 @@ class GroupingHook:
                 del ids[key]
             stale = {k: groups[k] for k in gone}
             again, _ = self._resolve(session, stale)
-            store.add_counts(session, {k: (i, stale[k]) for k, i in again.items()})
+            store.add_counts(session, {k: (i, stale[k]) for k, i in again.items()}, now=now)
             ids.update(again)
         return ids, stored
 

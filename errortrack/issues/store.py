@@ -187,9 +187,26 @@ _ADD_COUNTS = (
 )
 
 
-def add_counts(session: Session, counts: dict[Key, tuple[int, Group]]) -> set[Key]:
+def _resolved_before(newest: dt.datetime, now: dt.datetime | None) -> dt.datetime:
+    """The time before which a resolution counts as regressed by an event dated
+    ``newest``: the resolution compared as ``min(resolved_at, now)``. A resolution after
+    ``now`` was recorded while the server's clock was ahead; compared as it stands, events
+    were counted and left the issue resolved for hours after the clock was put right
+    (review). As min(a, now) < b holds whenever now < b, that case is any resolution."""
+    before = newest + REGRESSION_MARGIN
+    return _ALWAYS if now is not None and now < before else before
+
+
+# Later than any resolution: the bound that reopens whatever the resolution time.
+_ALWAYS = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
+
+
+def add_counts(
+    session: Session, counts: dict[Key, tuple[int, Group]], now: dt.datetime | None = None
+) -> set[Key]:
     """One statement run for many issues (executemany) in issue-id order; returns the keys
-    whose issue no longer exists (deleted since its id was cached)."""
+    whose issue no longer exists (deleted since its id was cached). ``now``: the
+    grouping's time, which a resolution dated later cannot be (``_resolved_before``)."""
     params = [
         {
             "issue_id": i,
@@ -197,7 +214,7 @@ def add_counts(session: Session, counts: dict[Key, tuple[int, Group]]) -> set[Ke
             "n": g.count,
             "first": g.first_seen,
             "last": g.last_seen,
-            "resolved_before": g.last_seen + REGRESSION_MARGIN,
+            "resolved_before": _resolved_before(g.last_seen, now),
             "title": g.title,
             "culprit": g.culprit,
             "level": g.level,

@@ -25,6 +25,7 @@ import dataclasses
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -184,17 +185,58 @@ class RetentionJob:
             self.passes += 1
 
 
+# How far the wall clock may run ahead of the time measured since the last pass.
+CLOCK_SLACK = dt.timedelta(minutes=5)
+
+
+class SteadyClock:
+    """The wall clock as a retention pass may trust it: never further ahead of the last
+    pass's time than the monotonic clock has moved since, plus ``CLOCK_SLACK``.
+
+    A pass drops whole partitions, for good. With the host's clock stepped 100 days
+    ahead, the next pass dropped every partition, today's included, and nothing came
+    back once the clock was put right (review, twenty-fourth session). A jump is logged
+    and not followed: the passes then run behind the wall clock by the jump (keeping
+    data longer) until the process restarts. The first pass trusts the clock it finds
+    (ClickHouse's own TTL merges use the host's clock anyway: OPERATIONS.md)."""
+
+    def __init__(
+        self,
+        wall: Callable[[], dt.datetime],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._wall = wall
+        self._monotonic = monotonic
+        self._last: tuple[dt.datetime, float] | None = None
+
+    def __call__(self) -> dt.datetime:
+        wall, steady = self._wall(), self._monotonic()
+        if self._last is not None:
+            last_wall, last_steady = self._last
+            bound = last_wall + dt.timedelta(seconds=steady - last_steady) + CLOCK_SLACK
+            if wall > bound:
+                log.error(
+                    "retention: the clock says %s, %s after the last pass, but only %.0f s "
+                    "have passed; this pass goes by %s (is the host's clock right?)",
+                    wall.isoformat(), wall - last_wall, steady - last_steady, bound.isoformat(),
+                )  # fmt: skip
+                wall = bound
+        self._last = (wall, steady)
+        return wall
+
+
 def build_job(state: AppState) -> RetentionJob:
     """The job the composition root adds to ``state.background``."""
 
     seen: list[frozenset[int]] = [frozenset()]
+    clock = SteadyClock(state.clock)
 
     def one_pass() -> PassReport:
         with db.unit_of_work(state.sessions) as session:
             report = run_pass(
                 session,
                 state.clickhouse,
-                now=state.clock(),
+                now=clock(),
                 disk_cap_bytes=state.settings.disk_cap_bytes,
                 seen_orphans=seen[0],
             )

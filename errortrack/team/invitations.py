@@ -39,6 +39,8 @@ def _pending(now: dt.datetime) -> sa.ColumnElement[bool]:
         Invitation.accepted_at.is_(None),
         Invitation.revoked_at.is_(None),
         Invitation.expires_at > now,
+        # Further than a lifetime away: made while the clock was ahead (_check_usable).
+        Invitation.expires_at <= now + LIFETIME,
     )
 
 
@@ -154,5 +156,7 @@ def _check_usable(invitation: Invitation, now: dt.datetime) -> None:
         raise Gone("this invitation has already been used")
     if invitation.revoked_at is not None:
         raise Gone("this invitation has been revoked")
-    if invitation.expires_at <= now:
+    # An expiry further than a lifetime away was set while the server's clock was ahead
+    # (a 48-hour invitation made a year ahead could be accepted for a year).
+    if invitation.expires_at <= now or invitation.expires_at > now + LIFETIME:
         raise Gone("this invitation has expired; ask an admin for a new one")
