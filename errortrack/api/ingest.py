@@ -53,6 +53,11 @@ _KEY_LOADS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="ingest
 # How long a request waits for its key. A frozen store (no answer, no error) holds a
 # load's thread beyond any server-side timeout; the request is told 503 meanwhile.
 KEY_WAIT_SECONDS = 10.0
+# How long a request of a key read before waits for its reload before its last answer
+# serves it: a healthy store answers in milliseconds, so a key disabled (or a project's
+# retention changed) takes effect once the cache entry expires, as before; a locked or
+# frozen one holds the request no longer than this.
+KNOWN_KEY_WAIT_SECONDS = 0.5
 
 
 class IngestBody:
@@ -127,9 +132,9 @@ class _IngestResource:
         loop. One load per key at a time: when the cache entry expires under load, the
         requests in flight for that key wait for the same query instead of each sending
         one (and queueing for the connection pool). A key read before (within
-        ``auth.STALE_SECONDS``) is not waited for: its last answer serves the request
-        while the load refreshes it, so a store that is locked or frozen (no error, no
-        answer) holds no request of a known key."""
+        ``auth.STALE_SECONDS``) is waited for only ``KNOWN_KEY_WAIT_SECONDS``: then its
+        last answer serves the request while the load goes on, so a store that is locked
+        or frozen (no error, no answer) holds a request of a known key no longer."""
         loading = self._loading.get(key)
         if loading is None:
             loop = asyncio.get_running_loop()
@@ -137,12 +142,13 @@ class _IngestResource:
             started.add_done_callback(_load_done(self._loading, key))
             self._loading[key] = loading = started
         known, info = self.ingest.keys.stale(key)
-        if known:
-            return info
         try:
             # Shielded: one request cancelled (or out of time) must not cancel the load.
-            return await asyncio.wait_for(asyncio.shield(loading), KEY_WAIT_SECONDS)
+            wait = KNOWN_KEY_WAIT_SECONDS if known else KEY_WAIT_SECONDS
+            return await asyncio.wait_for(asyncio.shield(loading), wait)
         except TimeoutError:
+            if known:
+                return info
             raise Unavailable("project keys cannot be read now", retry_after=5) from None
 
     async def on_options(

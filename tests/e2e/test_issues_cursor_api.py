@@ -448,7 +448,7 @@ def test_an_events_walk_sees_every_earlier_event_once_while_events_arrive(ingest
     assert {e for e in before if counts[e] != 1} == set() and max(counts.values()) == 1
     issue_path = f"{ISSUES.format(p=w.project_id)}/{issues[0]}/events"
     mine = {e for e in _event_ids(w) if e in before} & {
-        item for item in cursor_walk(w, issue_path, "per_page=1000")
+        item for item in cursor_walk(w, issue_path, "per_page=100")
     }
     walked = cursor_walk(w, issue_path, "per_page=5", arrive)
     counts = collections.Counter(walked)
