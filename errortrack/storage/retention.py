@@ -189,6 +189,12 @@ class RetentionJob:
 CLOCK_SLACK = dt.timedelta(minutes=5)
 
 
+def _boottime() -> float:
+    # CLOCK_BOOTTIME runs while the host is suspended, CLOCK_MONOTONIC does not: after
+    # an 8-hour suspend the wall clock would look 8 hours ahead of the last pass.
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
 class SteadyClock:
     """The wall clock as a retention pass may trust it: never further ahead of the last
     pass's time than the monotonic clock has moved since, plus ``CLOCK_SLACK``.
@@ -196,18 +202,20 @@ class SteadyClock:
     A pass drops whole partitions, for good. With the host's clock stepped 100 days
     ahead, the next pass dropped every partition, today's included, and nothing came
     back once the clock was put right (review, twenty-fourth session). A jump is logged
-    and not followed: the passes then run behind the wall clock by the jump (keeping
-    data longer) until the process restarts. The first pass trusts the clock it finds
-    (ClickHouse's own TTL merges use the host's clock anyway: OPERATIONS.md)."""
+    and not followed: the passes then run behind the wall clock (keeping data longer)
+    and catch up ``CLOCK_SLACK`` a pass, or at once on a restart. The first pass trusts
+    the clock it finds (ClickHouse's own TTL merges use the host's clock anyway:
+    OPERATIONS.md). The steady clock is CLOCK_BOOTTIME, which a suspend does not stop."""
 
     def __init__(
         self,
         wall: Callable[[], dt.datetime],
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = _boottime,
     ) -> None:
         self._wall = wall
         self._monotonic = monotonic
         self._last: tuple[dt.datetime, float] | None = None
+        self._lagging = False
 
     def __call__(self) -> dt.datetime:
         wall, steady = self._wall(), self._monotonic()
@@ -215,12 +223,18 @@ class SteadyClock:
             last_wall, last_steady = self._last
             bound = last_wall + dt.timedelta(seconds=steady - last_steady) + CLOCK_SLACK
             if wall > bound:
-                log.error(
-                    "retention: the clock says %s, %s after the last pass, but only %.0f s "
-                    "have passed; this pass goes by %s (is the host's clock right?)",
-                    wall.isoformat(), wall - last_wall, steady - last_steady, bound.isoformat(),
+                # Once at ERROR; the passes then catch up CLOCK_SLACK each (a warning).
+                say = log.warning if self._lagging else log.error
+                say(
+                    "retention: the clock says %s, %s ahead of this pass's bound %s "
+                    "(%.0f s since the last pass); going by the bound (is the host's "
+                    "clock right?)",
+                    wall.isoformat(), wall - bound, bound.isoformat(), steady - last_steady,
                 )  # fmt: skip
+                self._lagging = True
                 wall = bound
+            else:
+                self._lagging = False
         self._last = (wall, steady)
         return wall
 

@@ -26,6 +26,8 @@ from errortrack.models import GLOBAL_ROLES, Invitation, User
 from errortrack.team.users import check_password, normalise_email
 
 LIFETIME = dt.timedelta(hours=48)
+# How far back the clock may step without an expiry looking further than LIFETIME away.
+CLOCK_SLACK = dt.timedelta(minutes=5)
 # What an invitation's token can be: URL-safe base64, at most the column's length.
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -40,7 +42,7 @@ def _pending(now: dt.datetime) -> sa.ColumnElement[bool]:
         Invitation.revoked_at.is_(None),
         Invitation.expires_at > now,
         # Further than a lifetime away: made while the clock was ahead (_check_usable).
-        Invitation.expires_at <= now + LIFETIME,
+        Invitation.expires_at <= now + LIFETIME + CLOCK_SLACK,
     )
 
 
@@ -156,7 +158,8 @@ def _check_usable(invitation: Invitation, now: dt.datetime) -> None:
         raise Gone("this invitation has already been used")
     if invitation.revoked_at is not None:
         raise Gone("this invitation has been revoked")
-    # An expiry further than a lifetime away was set while the server's clock was ahead
-    # (a 48-hour invitation made a year ahead could be accepted for a year).
-    if invitation.expires_at <= now or invitation.expires_at > now + LIFETIME:
+    # An expiry further than a lifetime away (and some slack, for NTP's small steps) was
+    # set while the server's clock was ahead (a 48-hour invitation made a year ahead
+    # could be accepted for a year).
+    if invitation.expires_at <= now or invitation.expires_at > now + LIFETIME + CLOCK_SLACK:
         raise Gone("this invitation has expired; ask an admin for a new one")

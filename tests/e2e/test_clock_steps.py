@@ -41,7 +41,7 @@ def test_a_retention_pass_does_not_follow_the_clock_far_ahead(state, clickhouse,
     assert "is the host's clock right?" in caplog.text
 
 
-def test_the_steady_clock_follows_the_wall_clock_within_what_has_passed():
+def test_the_steady_clock_follows_the_wall_clock_within_what_has_passed(caplog):
     wall = FrozenClock()
     steady = [0.0]
     clock = retention.SteadyClock(wall, lambda: steady[0])
@@ -52,7 +52,13 @@ def test_the_steady_clock_follows_the_wall_clock_within_what_has_passed():
     assert clock() == wall.now  # an hour that passed is an hour
     wall.advance(days=100)
     steady[0] += 2
-    assert clock() == start + dt.timedelta(hours=1, seconds=2) + retention.CLOCK_SLACK
+    with caplog.at_level(logging.WARNING, logger="errortrack.storage.retention"):
+        bounded = clock()
+        assert bounded == start + dt.timedelta(hours=1, seconds=2) + retention.CLOCK_SLACK
+        steady[0] += 3600
+        # Still ahead: catching up CLOCK_SLACK a pass, told once at ERROR.
+        assert clock() == bounded + dt.timedelta(hours=1) + retention.CLOCK_SLACK
+    assert [r.levelname for r in caplog.records] == ["ERROR", "WARNING"]
     wall.advance(days=-100, minutes=-10)
     assert clock() == wall.now  # behind: followed (it only keeps data longer)
 
@@ -124,6 +130,14 @@ def test_credentials_made_while_the_clock_was_ahead_do_not_outlive_their_lifetim
     with db.unit_of_work(sessions_factory) as s:
         stored = s.get(ApiToken, token.token.id)
         assert stored is not None and stored.last_used_at == now
+        # An NTP step of a second back must not log out a login just made.
+        fresh = login_sessions.start_session(s, user_id=user.id, now=now)
+        invited = create_invitation(
+            s, email="newer@example.com", role="member", created_by=user.id, now=now
+        )
+        back = now - dt.timedelta(seconds=1)
+        assert login_sessions.resolve_session(s, fresh.secret, now=back) is not None
+        assert find_usable(s, invited.token, now=back).id == invited.id
 
 
 @pytest.fixture
