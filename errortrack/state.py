@@ -32,6 +32,25 @@ def utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+# How far back the wall clock may step (NTP's small corrections) without a time recorded
+# just before looking as if it had been recorded while the clock was ahead.
+CLOCK_SLACK = dt.timedelta(minutes=5)
+
+
+def set_ahead(expires_at: dt.datetime, now: dt.datetime, lifetime: dt.timedelta) -> bool:
+    """Whether an expiry lies further than its lifetime (and CLOCK_SLACK) away: it was set
+    while the clock was ahead, and counts as expired (a login made a year ahead lived a
+    year once the clock was put right)."""
+    return expires_at > now + lifetime + CLOCK_SLACK
+
+
+def due(last: dt.datetime | None, now: dt.datetime, every: dt.timedelta) -> bool:
+    """Whether a last-used time written at most ``every`` is to be written now: never
+    written, ``every`` gone by, or recorded ahead of now (the clock stepped back: it
+    stayed frozen there, as "at most once a minute" saw a negative gap)."""
+    return last is None or not dt.timedelta(0) <= now - last < every
+
+
 @dataclasses.dataclass
 class AppState:
     settings: Settings
@@ -101,10 +120,11 @@ class AppState:
             try:
                 ping()
             except Exception as exc:  # any failure to answer means "not ready"
-                failures[name] = _one_line(exc)
+                failures[name] = one_line(exc)
         return failures
 
 
-def _one_line(exc: Exception) -> str:
+def one_line(exc: BaseException) -> str:
+    """An error in one line of at most 200 characters: its message's first line."""
     text = str(exc).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:200]

@@ -102,21 +102,13 @@ def _timed_out(store: str, req: falcon.Request, resp: falcon.Response, p: Any) -
     _domain(req, resp, QueryTimeout(message, retry_after=RETRY_AFTER), p)
 
 
-# PostgreSQL's SQLSTATEs (or their classes) that mean "cannot serve now" whatever class
-# psycopg files them under: a read-only transaction (25006: a standby after a failover,
-# raised as InternalError, was a 500 on every write and on every token-authenticated
-# read, which records last_used_at), connection exceptions (08), insufficient resources
-# (53: disk full, too many connections), operator intervention (57P: shutting down,
-# starting up), system errors (58: I/O), a lock not available (55P03), and a
-# serialization failure or deadlock (40001, 40P01), which a retry resolves.
-_PG_UNAVAILABLE = ("25006", "08", "53", "57P", "58", "55P03", "40001", "40P01")
-
-
 def _relational_error(req: falcon.Request, resp: falcon.Response, ex: Exception, p: Any) -> None:
     # The relational store refused or dropped the connection (restarting, full, locked,
     # read-only). Integrity and programming errors stay 500s. sqlite3 raises its SQL
-    # mistakes as OperationalError too, so its result code decides; PostgreSQL's errors
-    # in other classes (InternalError, ...) are 503s by their SQLSTATE.
+    # mistakes as OperationalError too, so its result code decides. psycopg files
+    # connection, resource, shutdown, lock and serialization failures as OperationalError,
+    # but a read-only transaction (25006: a standby after a failover) as InternalError:
+    # it was a 500 on every write, and on every read with a token (it records last use).
     orig = getattr(ex, "orig", None)
     if isinstance(orig, psycopg.errors.QueryCanceled):  # statement_timeout (db.py)
         _timed_out("relational", req, resp, p)
@@ -126,11 +118,11 @@ def _relational_error(req: falcon.Request, resp: falcon.Response, ex: Exception,
         if code is None or code & 0xFF not in _SQLITE_UNAVAILABLE:
             _unexpected(req, resp, ex, p)
             return
-    elif not isinstance(ex, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
-        sqlstate = getattr(orig, "sqlstate", None) or ""
-        if not sqlstate.startswith(_PG_UNAVAILABLE):
-            _unexpected(req, resp, ex, p)
-            return
+    elif not isinstance(
+        ex, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError
+    ) and not isinstance(orig, psycopg.errors.ReadOnlySqlTransaction):
+        _unexpected(req, resp, ex, p)
+        return
     _relational_unavailable(req, resp, ex, p)
 
 

@@ -34,7 +34,7 @@ from errortrack import db
 from errortrack.api.errors import RETRY_AFTER
 from errortrack.errors import Unavailable
 from errortrack.spool import quarantine
-from errortrack.state import AppState
+from errortrack.state import AppState, one_line
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class Readyz:
             if not future.done():
                 failures[name] = f"did not answer within {self._deadline:g} s"
             elif (exc := future.exception()) is not None:
-                failures[name] = _one_line(exc)
+                failures[name] = one_line(exc)
         return failures
 
     def refuse(self, failures: dict[str, str]) -> None:
@@ -223,8 +223,3 @@ class ReadyzOnLoop:
         # Falcon's default OPTIONS answer leaves OPTIONS out of Allow; the management
         # routes list it (api/middleware.py), and so does this one.
         resp.set_header("Allow", "GET, HEAD, OPTIONS")
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:200]

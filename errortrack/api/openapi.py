@@ -31,6 +31,7 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from marshmallow import Schema, fields
 
 from errortrack import db
+from errortrack.api.auth import SAFE_METHODS
 from errortrack.api.schemas import ApiDoc, operations
 
 TITLE = "errortrack management API"
@@ -95,8 +96,6 @@ OPERATION_IDS = {
     ("POST", "/auth/logout"): "logout",
     ("POST", "/auth/register"): "register",
 }
-# Methods that change something: with the session cookie they need the X-CSRF-Token header.
-_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # Refused by gunicorn before the app sees the request (docs/API.md), hence not JSON.
 _PLAIN = {
     "414": "Request line over 8190 bytes (answered by gunicorn in plain text)",
@@ -216,7 +215,8 @@ def _operation(
     security: list[dict[str, list[str]]] = []
     if doc.auth:
         session: dict[str, list[str]] = (
-            {"session": [], "csrf": []} if method in _WRITES else {"session": []}
+            # The rule api.auth applies: a cookie write needs the X-CSRF-Token header.
+            {"session": []} if method in SAFE_METHODS else {"session": [], "csrf": []}
         )
         security = [{"bearer": []}, session]
     op: dict[str, Any] = {

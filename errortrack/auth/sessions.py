@@ -18,12 +18,11 @@ from sqlalchemy.orm import Session
 
 from errortrack.auth.tokens import sha256
 from errortrack.models import LoginSession, User
+from errortrack.state import due, set_ahead
 
 COOKIE_NAME = "errortrack_session"
 # Fixed lifetime; people log in again after two weeks.
 LIFETIME = dt.timedelta(days=14)
-# How far back the clock may step without an expiry looking further than LIFETIME away.
-CLOCK_SLACK = dt.timedelta(minutes=5)
 LAST_SEEN_EVERY = dt.timedelta(minutes=1)
 
 
@@ -62,13 +61,9 @@ def resolve_session(
     if row is None:
         return None
     login, user = row
-    # An expiry further than a lifetime away was set while the clock was ahead (a login
-    # made a year ahead lived a year once the clock was put right): expired too. With
-    # some slack, or an NTP step of a second back logged out every login just made.
-    if login.expires_at <= now or login.expires_at > now + LIFETIME + CLOCK_SLACK:
+    if login.expires_at <= now or set_ahead(login.expires_at, now, LIFETIME):
         return None
-    since = None if login.last_seen_at is None else now - login.last_seen_at
-    if since is None or not dt.timedelta(0) <= since < LAST_SEEN_EVERY:
+    if due(login.last_seen_at, now, LAST_SEEN_EVERY):
         login.last_seen_at = now
     return login, user
 

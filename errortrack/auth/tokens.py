@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from errortrack.errors import NotFound, ValidationError
 from errortrack.models import ApiToken, User
+from errortrack.state import due
 
 SECRET_PREFIX = "et_"
 PREFIX_LENGTH = 10
@@ -73,9 +74,7 @@ def authenticate_token(session: Session, secret: str, *, now: dt.datetime) -> Us
     # The index lookup already matched; this keeps the check itself constant time.
     if not hmac.compare_digest(token.token_hash, digest):
         return None
-    since = None if token.last_used_at is None else now - token.last_used_at
-    # Negative: recorded while the clock was ahead; it stayed frozen there (review).
-    if since is None or not dt.timedelta(0) <= since < LAST_USED_EVERY:
+    if due(token.last_used_at, now, LAST_USED_EVERY):
         token.last_used_at = now
     return user
 

@@ -28,6 +28,7 @@ from errortrack.ingest import auth, envelope, items, ratelimit, surrogates
 from errortrack.ingest.ratelimit import CATEGORIES, RateLimiter
 from errortrack.issues import events
 from errortrack.spool.segments import Spool
+from errortrack.state import one_line
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +86,7 @@ class Ingest:
             detailed = now - self._key_error_logged >= KEY_ERROR_TRACEBACK_EVERY
             if detailed:
                 self._key_error_logged = now
-            log.warning(
-                "ingest: project keys cannot be read: %s",
-                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
-                exc_info=detailed,
-            )
+            log.warning("ingest: project keys cannot be read: %s", one_line(exc), exc_info=detailed)
             raise Unavailable("project keys cannot be read now", retry_after=5) from None
 
     async def store(self, accepted: Accepted) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Sequence
-from typing import cast
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -103,17 +103,18 @@ def find_issues(session: Session, keys: Iterable[Key]) -> dict[Key, int]:
 
 
 def existing_projects(session: Session, project_ids: Iterable[int]) -> set[int]:
-    ids = sorted(set(project_ids))
-    if not ids:
-        return set()
-    return set(session.scalars(sa.select(Project.id).where(Project.id.in_(ids))))
+    return _existing(session, Project.id, project_ids)
 
 
 def existing_issues(session: Session, issue_ids: Iterable[int]) -> set[int]:
-    ids = sorted(set(issue_ids))
+    return _existing(session, Issue.id, issue_ids)
+
+
+def _existing(session: Session, column: Any, wanted: Iterable[int]) -> set[int]:
+    ids = sorted(set(wanted))
     if not ids:
         return set()
-    return set(session.scalars(sa.select(Issue.id).where(Issue.id.in_(ids))))
+    return set(session.scalars(sa.select(column).where(column.in_(ids))))
 
 
 def create_issues(session: Session, groups: dict[Key, Group]) -> None:

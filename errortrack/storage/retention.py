@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session
 
 from errortrack import db
 from errortrack.analytics import ClickHouse
+from errortrack.state import CLOCK_SLACK
 from errortrack.storage import issues, tables
 
 if TYPE_CHECKING:
@@ -183,10 +184,6 @@ class RetentionJob:
             except Exception:  # a failed pass is logged; the next one tries again
                 log.exception("retention pass failed")
             self.passes += 1
-
-
-# How far the wall clock may run ahead of the time measured since the last pass.
-CLOCK_SLACK = dt.timedelta(minutes=5)
 
 
 def _boottime() -> float:

@@ -23,11 +23,10 @@ from sqlalchemy.orm import Session
 from errortrack.auth.passwords import hash_password
 from errortrack.errors import Conflict, Gone, NotFound, ValidationError
 from errortrack.models import GLOBAL_ROLES, Invitation, User
+from errortrack.state import CLOCK_SLACK, set_ahead
 from errortrack.team.users import check_password, normalise_email
 
 LIFETIME = dt.timedelta(hours=48)
-# How far back the clock may step without an expiry looking further than LIFETIME away.
-CLOCK_SLACK = dt.timedelta(minutes=5)
 # What an invitation's token can be: URL-safe base64, at most the column's length.
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -41,7 +40,7 @@ def _pending(now: dt.datetime) -> sa.ColumnElement[bool]:
         Invitation.accepted_at.is_(None),
         Invitation.revoked_at.is_(None),
         Invitation.expires_at > now,
-        # Further than a lifetime away: made while the clock was ahead (_check_usable).
+        # Further than a lifetime away: made while the clock was ahead (state.set_ahead).
         Invitation.expires_at <= now + LIFETIME + CLOCK_SLACK,
     )
 
@@ -158,8 +157,6 @@ def _check_usable(invitation: Invitation, now: dt.datetime) -> None:
         raise Gone("this invitation has already been used")
     if invitation.revoked_at is not None:
         raise Gone("this invitation has been revoked")
-    # An expiry further than a lifetime away (and some slack, for NTP's small steps) was
-    # set while the server's clock was ahead (a 48-hour invitation made a year ahead
-    # could be accepted for a year).
-    if invitation.expires_at <= now or invitation.expires_at > now + LIFETIME + CLOCK_SLACK:
+    # A 48-hour invitation made with the clock a year ahead could be accepted for a year.
+    if invitation.expires_at <= now or set_ahead(invitation.expires_at, now, LIFETIME):
         raise Gone("this invitation has expired; ask an admin for a new one")
