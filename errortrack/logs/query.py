@@ -11,14 +11,16 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from errortrack import paging
 from errortrack.analytics import ClickHouse
 from errortrack.errors import ValidationError
 from errortrack.logs import attributes
 from errortrack.logs.cursor import Cursor
 from errortrack.logs.filters import LogFilter
-from errortrack.paging import PageRequest, page_body
+from errortrack.paging import PageRequest, page_body, within_budget
 
 COLUMNS = "id, level, severity_number, body, trace_id, span_id, attributes, timestamp, ingested_at"
+_HEAVY = ("body", "attributes")
 # Where the sort key's values are in a row of COLUMNS.
 _ID, _SEVERITY, _TIMESTAMP = 0, 2, 7
 # Every order is complete: ties are broken by ``id``, so that a page's rows do not depend
@@ -84,6 +86,7 @@ def list_logs(
     *,
     cursor: Cursor | None = None,
     count_cap: int = COUNT_CAP,
+    budget: int | None = None,
 ) -> dict[str, Any]:
     """One page of a project's logs, newest first unless ``f.sort`` says otherwise; with
     ``cursor``, the ``page.per_page`` logs after it instead of a numbered page.
@@ -102,12 +105,12 @@ def list_logs(
     if cursor is not None:
         after, after_params = _after(cursor)
         found = _page(
-            store, f"{where} AND {after}", {**params, **after_params}, f, page.per_page, 0
+            store, f"{where} AND {after}", {**params, **after_params}, f, page.per_page, 0, budget
         )
         total, exact = _count(store, where, params, f, page, count_cap)
         return _body(found, f, page, total, exact, numbered=False)
     if page.offset == 0:
-        found = _page(store, where, params, f, page.per_page, 0)
+        found = _page(store, where, params, f, page.per_page, 0, budget)
         if not found.more:
             return _body(found, f, page, len(found.rows), True)
         total, exact = _count(store, where, params, f, page, count_cap)
@@ -115,7 +118,8 @@ def list_logs(
     total, exact = _count(store, where, params, f, page, count_cap)
     if exact and page.past_end(total):
         return _body(_Found([], False), f, page, total, exact)
-    return _body(_page(store, where, params, f, page.per_page, page.offset), f, page, total, exact)
+    found = _page(store, where, params, f, page.per_page, page.offset, budget)
+    return _body(found, f, page, total, exact)
 
 
 class _Found(NamedTuple):
@@ -146,21 +150,47 @@ def _body(
     return body
 
 
+def budgeted(select: str, order: str, *, keep: int = 1, budget: int | None = None) -> str:
+    """``paging.budgeted`` for a read of ``COLUMNS``: a log's bulk is its body and
+    attributes."""
+    return paging.budgeted(select, COLUMNS, _HEAVY, order, keep=keep, budget=budget)
+
+
 def _page(
-    store: ClickHouse, where: str, params: dict[str, Any], f: LogFilter, limit: int, offset: int
+    store: ClickHouse,
+    where: str,
+    params: dict[str, Any],
+    f: LogFilter,
+    limit: int,
+    offset: int,
+    budget: int | None = None,
 ) -> _Found:
     if f.sort in ("-timestamp", "timestamp"):
-        return _time_page(store, where, params, f.sort, limit, offset)
-    rows = store.query_rows(
+        return _time_page(store, where, params, f.sort, limit, offset, budget)
+    select = (
         f"SELECT {COLUMNS} FROM logs WHERE {where} ORDER BY {ORDER_BY[f.sort]} "
-        "LIMIT {limit:UInt32} OFFSET {offset:UInt64}",
+        "LIMIT {limit:UInt32} OFFSET {offset:UInt64}"
+    )
+    rows = store.query_rows(
+        budgeted(select, ORDER_BY[f.sort], budget=budget),
         {**params, "limit": limit + 1, "offset": offset},
     )
-    return _Found(rows[:limit], len(rows) > limit)
+    return _cut(rows[:limit], len(rows) > limit)
+
+
+def _cut(rows: list[Any], more: bool) -> _Found:
+    kept, cut = within_budget(rows)
+    return _Found(kept, more or cut)
 
 
 def _time_page(
-    store: ClickHouse, where: str, params: dict[str, Any], sort: str, limit: int, offset: int
+    store: ClickHouse,
+    where: str,
+    params: dict[str, Any],
+    sort: str,
+    limit: int,
+    offset: int,
+    budget: int | None = None,
 ) -> _Found:
     """The page of ``ORDER BY timestamp, id`` without sorting every matching row.
 
@@ -170,10 +200,15 @@ def _time_page(
     timestamps is left to settle here. Otherwise ``_tied_page``."""
     newest_first = sort == "-timestamp"
     lead = 1 if offset else 0
-    rows = store.query_rows(
+    select = (
         f"SELECT {COLUMNS} FROM logs WHERE {where} "
         f"ORDER BY timestamp {'DESC' if newest_first else 'ASC'} "
-        "LIMIT {limit:UInt32} OFFSET {offset:UInt64}",
+        "LIMIT {limit:UInt32} OFFSET {offset:UInt64}"
+    )
+    # Budgeted in the page's complete order, which keeps the read's order by time; the
+    # row before the page is not the page's, so the page's first row is kept too.
+    rows = store.query_rows(
+        budgeted(select, ORDER_BY[sort], keep=lead + 1, budget=budget),
         {**params, "limit": limit + 1 + lead, "offset": offset - lead},
     )
     before, page, after = rows[:lead], rows[lead : lead + limit], rows[lead + limit :]
@@ -183,9 +218,10 @@ def _time_page(
         after and after[0][_TIMESTAMP] == page[-1][_TIMESTAMP]
     )
     if edge_tied:
-        tied = _tied_page(store, where, params, sort, [row[_TIMESTAMP] for row in page], offset)
-        return _Found(tied, bool(after))
-    return _Found(sorted(page, key=_time_and_id, reverse=newest_first), bool(after))
+        times = [row[_TIMESTAMP] for row in page]
+        del rows, page  # let go of the first read's logs before the second read
+        return _cut(_tied_page(store, where, params, sort, times, offset, budget), bool(after))
+    return _cut(sorted(page, key=_time_and_id, reverse=newest_first), bool(after))
 
 
 def _time_and_id(row: tuple[Any, ...]) -> tuple[Any, int, int]:
@@ -202,6 +238,7 @@ def _tied_page(
     sort: str,
     times: list[Any],
     offset: int,
+    budget: int | None = None,
 ) -> list[Any]:
     """A page whose first or last timestamp is shared with rows beyond it.
 
@@ -221,9 +258,12 @@ def _tied_page(
         beyond = ">" if sort == "-timestamp" else "<"
         before = f"{where} AND timestamp {beyond} {{first:{_TIME}}}"
         skip = offset - _count_where(store, before, params, first)
-    return store.query_rows(
+    select = (
         f"SELECT {COLUMNS} FROM logs WHERE {where} AND timestamp IN {{times:Array({_TIME})}} "
-        f"ORDER BY {ORDER_BY[sort]} LIMIT {{limit:UInt32}} OFFSET {{skip:UInt64}}",
+        f"ORDER BY {ORDER_BY[sort]} LIMIT {{limit:UInt32}} OFFSET {{skip:UInt64}}"
+    )
+    return store.query_rows(
+        budgeted(select, ORDER_BY[sort], budget=budget),
         {
             **params,
             "times": [ch_time(t) for t in dict.fromkeys(times)],
@@ -287,11 +327,14 @@ def _count(
     return (found, True) if found <= limit else (limit, False)
 
 
-def trace_logs(store: ClickHouse, project_id: int, trace_id: str, limit: int) -> list[Any]:
-    """A trace's logs in the order they happened (for the trace view), at most ``limit``."""
+def trace_logs(
+    store: ClickHouse, project_id: int, trace_id: str, limit: int, budget: int | None = None
+) -> tuple[list[Any], bool]:
+    """A trace's first ``limit`` logs in the order they happened (for the trace view),
+    fewer when they hold more than ``budget`` bytes; and whether any were left out."""
     where, params = where_clause(project_id, LogFilter(trace_id=trace_id))
-    found = _time_page(store, where, params, "timestamp", limit, 0)
-    return [log_item(row) for row in found.rows]
+    found = _time_page(store, where, params, "timestamp", limit, 0, budget)
+    return [log_item(row) for row in found.rows], found.more
 
 
 def log_item(row: tuple[Any, ...]) -> dict[str, Any]:

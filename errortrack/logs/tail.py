@@ -30,8 +30,8 @@ from errortrack.analytics import ClickHouse
 from errortrack.errors import NotSupported, ValidationError
 from errortrack.logs import attributes
 from errortrack.logs.filters import LogFilter
-from errortrack.logs.query import COLUMNS, log_item, where_clause
-from errortrack.paging import cursor_fields, encode_cursor
+from errortrack.logs.query import COLUMNS, budgeted, log_item, where_clause
+from errortrack.paging import cursor_fields, encode_cursor, within_budget
 
 # Far longer than any cursor this module writes (~60 characters).
 MAX_LENGTH = 120
@@ -91,6 +91,7 @@ def tail_logs(
     limit: int,
     *,
     cursor: TailCursor | None = None,
+    budget: int | None = None,
 ) -> dict[str, Any]:
     """``{items, next_cursor, more}``: without ``cursor`` the ``limit`` matching logs
     stored last, with it the first ``limit`` stored after it; oldest stored first either
@@ -112,17 +113,21 @@ def tail_logs(
     params = {**params, "high": high}
     if cursor is None:
         # Everything committed up to ``high`` is behind the follower now, shown or not.
-        return _body(_last(store, where, params, high, limit), TailCursor(high), more=False)
+        rows = _last(store, where, params, high, limit, budget)
+        return _body(rows, TailCursor(high), more=False)
     after = "_block_number > {c_block:UInt64}"
     if cursor.offset is not None:
         after = (
             f"(_block_number >= {{c_block:UInt64}} AND ({after} "
             "OR _block_offset > {c_offset:UInt64}))"
         )
-    rows = store.query_rows(
+    select = (
         f"SELECT {COLUMNS}, _block_number, _block_offset FROM logs "
         f"WHERE {_PARTS} AND {where} AND {after} AND _block_number <= {{high:UInt64}} "
-        "ORDER BY _block_number, _block_offset LIMIT {limit:UInt32}",
+        "ORDER BY _block_number, _block_offset LIMIT {limit:UInt32}"
+    )
+    rows = store.query_rows(
+        budgeted(select, "_block_number, _block_offset", budget=budget),
         {
             **params,
             # The parts that can hold a row after the cursor: a cursor after a whole
@@ -135,7 +140,8 @@ def tail_logs(
         },
     )
     more = len(rows) > limit
-    rows = rows[:limit]
+    rows, cut = within_budget(rows[:limit])
+    more = more or cut
     # A page that is not full has read everything up to ``high``: the next poll starts
     # there, so a filter that matches nothing does not leave the cursor (and the parts
     # it opens) ever further behind.
@@ -178,15 +184,23 @@ _PLAIN: weakref.WeakSet[ClickHouse] = weakref.WeakSet()
 
 
 def _last(
-    store: ClickHouse, where: str, params: dict[str, Any], high: int, limit: int
+    store: ClickHouse,
+    where: str,
+    params: dict[str, Any],
+    high: int,
+    limit: int,
+    budget: int | None = None,
 ) -> list[Any]:
     """The ``limit`` rows stored last (up to ``high``), oldest first. Read among the last
     ``_RECENT_BLOCKS`` inserts first: when those hold ``limit`` matching rows they hold
     the newest ``limit`` of all; otherwise the whole history is read."""
-    sql = (
+    newest_first = "_block_number DESC, _block_offset DESC"
+    sql = budgeted(
         f"SELECT {COLUMNS}, _block_number, _block_offset FROM logs "
         f"WHERE {_PARTS} AND {where} AND _block_number BETWEEN {{low:UInt64}} AND {{high:UInt64}} "
-        "ORDER BY _block_number DESC, _block_offset DESC LIMIT {limit:UInt32}"
+        f"ORDER BY {newest_first} LIMIT {{limit:UInt32}}",
+        newest_first,
+        budget=budget,
     )
     recent = max(high - _RECENT_BLOCKS, 0)
     rows = store.query_rows(sql, {**params, "low": recent, "limit": limit})
@@ -195,7 +209,8 @@ def _last(
         # pages of logs in memory (+3.5 GB for a page of 1 MB logs, against +2.7 GB).
         del rows
         rows = store.query_rows(sql, {**params, "low": 0, "limit": limit})
-    return rows[::-1]
+    # The newest logs that fit the budget: the older ones are behind the follower anyway.
+    return within_budget(rows)[0][::-1]
 
 
 def _body(rows: list[Any], after: TailCursor, *, more: bool) -> dict[str, Any]:

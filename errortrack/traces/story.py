@@ -9,12 +9,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from errortrack import paging
 from errortrack.analytics import ClickHouse
 from errortrack.errors import NotFound
 from errortrack.issues.cursor import SpanCursor
 from errortrack.issues.read import EVENT_COLUMNS, event_item
 from errortrack.logs.query import ch_time, iso_utc, stored_json, trace_logs
-from errortrack.paging import PageRequest, page_body
+from errortrack.paging import PageRequest, page_body, within_budget
 
 MAX_SPANS = 10_000
 # Nesting shown as such; deeper spans are listed under their ancestor at this depth. Each
@@ -30,32 +31,41 @@ SPAN_COLUMNS = (
 _WHERE = "project_id = {project_id:UInt64} AND trace_id = {trace_id:String}"
 
 
-def trace_story(store: ClickHouse, project_id: int, trace_id: str) -> dict[str, Any]:
-    """404 when the project holds nothing at all for this trace id."""
+def trace_story(
+    store: ClickHouse, project_id: int, trace_id: str, *, budget: int | None = None
+) -> dict[str, Any]:
+    """404 when the project holds nothing at all for this trace id. Spans and logs each
+    stop at their count or at ``budget`` bytes (``paging.PAGE_BYTES``), whichever comes
+    first, and ``truncated`` says which were cut."""
     params = {"project_id": project_id, "trace_id": trace_id}
     # LIMIT 1 BY: a transaction the SDK sent again (it saw no answer to the first try) is
     # stored twice, and showed every span twice; each span id is shown once.
-    spans = store.query_rows(
-        f"SELECT {SPAN_COLUMNS} FROM spans WHERE {_WHERE} "
-        "ORDER BY start_timestamp, span_id LIMIT 1 BY span_id LIMIT {limit:UInt32}",
-        {**params, "limit": MAX_SPANS + 1},
+    spans, spans_cut = within_budget(
+        store.query_rows(
+            _budgeted(
+                f"SELECT {SPAN_COLUMNS} FROM spans WHERE {_WHERE} "
+                f"{_ORDER} LIMIT 1 BY span_id LIMIT {{limit:UInt32}}",
+                budget,
+            ),
+            {**params, "limit": MAX_SPANS + 1},
+        )
     )
     events = store.query_rows(
         f"SELECT {EVENT_COLUMNS} FROM events WHERE {_WHERE} "
         "ORDER BY timestamp, event_id LIMIT {limit:UInt32}",
         {**params, "limit": MAX_EVENTS + 1},
     )
-    logs = trace_logs(store, project_id, trace_id, MAX_LOGS + 1)
+    logs, logs_cut = trace_logs(store, project_id, trace_id, MAX_LOGS, budget)
     if not (spans or events or logs):
         raise NotFound("trace not found")
     # One row past each cap says whether the list was cut: a trace of 100,000 spans came
     # back as 10,000 with nothing to tell a program so (review, twentieth session).
     truncated = {
-        "spans": len(spans) > MAX_SPANS,
-        "logs": len(logs) > MAX_LOGS,
+        "spans": spans_cut or len(spans) > MAX_SPANS,
+        "logs": logs_cut,
         "events": len(events) > MAX_EVENTS,
     }
-    spans, logs, events = spans[:MAX_SPANS], logs[:MAX_LOGS], events[:MAX_EVENTS]
+    spans, events = spans[:MAX_SPANS], events[:MAX_EVENTS]
     return {
         "trace_id": trace_id,
         "spans": span_tree([span_node(row) for row in spans]),
@@ -73,6 +83,7 @@ def trace_spans(
     page: PageRequest,
     *,
     cursor: SpanCursor | None = None,
+    budget: int | None = None,
 ) -> dict[str, Any]:
     """A trace's spans as a flat list in the tree's order (start time, then span id), each
     span id once, without ``children``, paged by number or by keyset ``cursor`` (the
@@ -86,27 +97,45 @@ def trace_spans(
     rows: list[Any] = []
     limit = {"limit": page.per_page + 1}
     select = f"SELECT {SPAN_COLUMNS} FROM spans WHERE {_WHERE}"
-    order = "ORDER BY start_timestamp, span_id LIMIT 1 BY span_id"
+    order = f"{_ORDER} LIMIT 1 BY span_id"
     if cursor is not None:
         rows = store.query_rows(
-            f"{select} AND {_SPANS_AFTER} {order} LIMIT {{limit:UInt32}}",
+            _budgeted(f"{select} AND {_SPANS_AFTER} {order} LIMIT {{limit:UInt32}}", budget),
             {**params, **limit, "c_start": ch_time(cursor.start), "c_id": cursor.span_id},
         )
     elif not page.past_end(total):
         rows = store.query_rows(
-            f"{select} {order} LIMIT {{limit:UInt32}} OFFSET {{offset:UInt64}}",
+            _budgeted(f"{select} {order} LIMIT {{limit:UInt32}} OFFSET {{offset:UInt64}}", budget),
             {**params, **limit, "offset": page.offset},
         )
-    shown = rows[: page.per_page]
+    more = len(rows) > page.per_page
+    # A page cut by its byte budget goes on by its cursor, as one cut by per_page does.
+    shown, cut = within_budget(rows[: page.per_page])
     items = [span_node(row) for row in shown]
     for item in items:
         del item["children"]
     body = page_body(items, total, page)
     if cursor is not None:
         body["page"] = None
-    last = shown[-1] if len(rows) > page.per_page and shown else None
+    last = shown[-1] if (more or cut) and shown else None
     body["next_cursor"] = last and SpanCursor.after_row(last[_START], last[0]).encode()
     return body
+
+
+_ORDER = "ORDER BY start_timestamp, span_id"
+
+
+def _budgeted(select: str, budget: int | None) -> str:
+    """``paging.budgeted`` for a read of SPAN_COLUMNS in the tree's order: a span's bulk
+    is its description and attributes (a transaction's are bounded by the 1 MiB event
+    cap, a span item's are not)."""
+    return paging.budgeted(
+        select,
+        SPAN_COLUMNS,
+        ("description", "attributes"),
+        _ORDER.removeprefix("ORDER BY "),
+        budget=budget,
+    )
 
 
 # The spans after a cursor in the list's order, a plain range first for the table's key.

@@ -445,3 +445,35 @@ def test_a_trace_s_spans_walk_by_cursor_while_spans_arrive(world):
     for query in (f"cursor={first}&page=2", "cursor=abc", "cursor=" + "A" * 5000):
         resp = _get(world, "viewer", path, query)
         assert resp.status_code == 400 and resp.json["error"]["field"] == "cursor", query
+
+
+def test_pages_of_spans_and_logs_stop_at_their_byte_budget(world, monkeypatch):
+    """A page of logs or spans ends once its bodies, descriptions and attributes pass a
+    byte budget (32 MiB; a few spans' worth here), and goes on by its cursor: a page of
+    1000 logs of 1 MB cost the worker +2.7 GB. The trace view says it was cut."""
+    from errortrack import paging
+
+    monkeypatch.setattr(paging, "PAGE_BYTES", 200)  # each span here holds ~67 bytes
+    p = world.project_id
+    ids = [f"{i:016x}" for i in range(10)]
+    for i, span_id in enumerate(ids):
+        add_span(world.state, p, T, span_id, ids[0] if i else "", at=i, is_segment=i == 0)
+    insert_logs(
+        world.state.clickhouse,
+        p,
+        [sdk_log("x" * 150, at=i, trace_id=T, span_id=ids[0]) for i in range(4)],
+    )
+    path = f"/api/projects/{p}/traces/{T}/spans"
+    body = _get(world, "viewer", path, "per_page=100").json
+    assert body["total_count"] == 10 and 1 <= len(body["items"]) < 10
+    seen = [span["span_id"] for span in body["items"]]
+    while body["next_cursor"]:
+        body = _get(world, "viewer", path, f"per_page=100&cursor={body['next_cursor']}").json
+        assert body["items"]
+        seen += [span["span_id"] for span in body["items"]]
+    assert seen == ids
+    story = _get(world, "viewer", f"/api/projects/{p}/traces/{T}").json
+    assert story["truncated"] == {"spans": True, "logs": True, "events": False}
+    assert 1 <= story["span_count"] < 10 and len(story["logs"]) == 1
+    logs = _get(world, "viewer", f"/api/projects/{p}/logs", "per_page=100").json
+    assert len(logs["items"]) == 1 and logs["total_count"] == 4 and logs["next_cursor"]
