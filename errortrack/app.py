@@ -22,6 +22,7 @@ from errortrack.api.middleware import (
     HeadAsGet,
     RefuseUndeclaredQuery,
     RenderJSON,
+    SecurityHeaders,
     UnknownMethods,
 )
 from errortrack.auth.throttle import LoginThrottle
@@ -82,6 +83,7 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
         RenderJSON(),
         # Every 401 here names the scheme to use (RFC 9110 11.6.1); ingest's are Sentry's.
         AuthChallenge(),
+        SecurityHeaders(),
         # A query parameter on a route that declares no query schema is a 400, as on the
         # lists (health checks and the docs declare nothing and take any).
         RefuseUndeclaredQuery(),

@@ -24,6 +24,7 @@ from typing import IO
 # Only the served worker does this; other processes (tests, benchmarks) keep pyarrow.
 sys.modules.setdefault("pyarrow", None)  # type: ignore[arg-type]
 
+from errortrack import private  # noqa: E402
 from errortrack.config import Settings  # noqa: E402
 from errortrack.server import API_THREADS, ServerApp, create_server_app  # noqa: E402
 from errortrack.state import AppState  # noqa: E402
@@ -114,6 +115,7 @@ def build(api_threads: int = API_THREADS, *, lock_data_dir: bool = True) -> Serv
 
     ``serve`` passes ``lock_data_dir=False``: it holds the data dir's lock itself."""
     global state, lifecycle
+    private.restrict_new_files()  # run by gunicorn directly too, not only by `serve`
     state = AppState.build(Settings.from_env())
     lifecycle = Lifecycle(state, lock_data_dir=lock_data_dir)
     return create_server_app(state=state, api_threads=api_threads, lifecycle=lifecycle)

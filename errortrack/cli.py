@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import click
 
-from errortrack import relational
+from errortrack import private, relational
 from errortrack.config import Settings, SettingsError
 
 # Measured with bench/ingest_logs.py (bench/RESULTS.md, "Request-path tuning", and the
@@ -46,12 +46,13 @@ def _engine_in_use(exc: BaseException) -> bool:
 def main() -> None:
     """errortrack: error tracking and logs for unchanged Sentry SDKs."""
     _use_utc()
+    private.restrict_new_files()
 
 
 def _make_data_dir(settings: Settings) -> None:
     path = settings.data_dir
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        private.make_data_dir(path)
     except OSError as exc:
         why = "is a file, not a directory" if path.is_file() else f"cannot be created: {exc}"
         raise click.ClickException(f"ERRORTRACK_DATA_DIR {path} {why}") from None
@@ -249,7 +250,7 @@ def lock_data_dir(settings: Settings, *, shared: bool = False) -> IO[str]:
     -k asgi 'errortrack.asgi:build()'`` holds it shared (its sibling workers, and the
     worker that replaces it on a reload, run beside it). Either excludes the other.
     """
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private.make_data_dir(settings.data_dir)
     handle = _lock_path(settings).open("a+")
     try:
         fcntl.flock(handle, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)

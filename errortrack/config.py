@@ -120,8 +120,12 @@ def _split(raw: str) -> SplitResult:
     parts = urlsplit(raw)
     try:
         parts.port  # noqa: B018  (raises for a port out of range or not a number)
-    except ValueError as exc:
-        raise ValueError(f"invalid port in URL: {exc}") from None
+    except ValueError:
+        # Not urllib's text: for a password holding an unescaped "/", "#" or "?" it quotes
+        # the password as the port.
+        raise ValueError(
+            "invalid port in URL (a password holding '/', '#', '?' or '@' must be percent-encoded)"
+        ) from None
     return parts
 
 

@@ -57,9 +57,17 @@ class Base(DeclarativeBase):
     )
 
 
+# SQLAlchemy puts a failed statement's parameters in its message, and error handlers
+# log that message: invitation tokens, CSRF tokens, password hashes and emails reached
+# the server log whenever the database refused a write (review, twenty-fifth session).
+_QUIET = {"hide_parameters": True}
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = sa.create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 30}, **_QUIET
+        )
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -76,7 +84,12 @@ def make_engine(url: str) -> Engine:
     given = sa.engine.make_url(url).query
     defaults = {k: v for k, v in POSTGRES_CONNECT.items() if k not in given}
     engine = sa.create_engine(
-        url, pool_pre_ping=True, pool_size=10, max_overflow=10, connect_args=defaults
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=10,
+        connect_args=defaults,
+        **_QUIET,
     )
 
     @event.listens_for(engine, "connect")

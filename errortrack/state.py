@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from errortrack import db
+from errortrack import db, private
 from errortrack.analytics import ClickHouse
 from errortrack.config import Settings
 
@@ -98,7 +98,7 @@ class AppState:
     ) -> AppState:
         if not settings.database_url or not settings.clickhouse_url:
             # The embedded defaults live in the data dir; create it on first start.
-            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            private.make_data_dir(settings.data_dir)
         engine = engine or db.make_engine(settings.resolved_database_url)
         timeout = settings.query_timeout_seconds
         clickhouse = clickhouse or ClickHouse(

@@ -80,7 +80,7 @@ def _unavailable(store: str) -> Callable[[falcon.Request, falcon.Response, Excep
     /auth/login)."""
 
     def handler(req: falcon.Request, resp: falcon.Response, ex: Exception, p: Any) -> None:
-        log.error("%s store unavailable on %s %s: %s", store, req.method, req.path, ex)
+        log.error("%s store unavailable on %s %s: %s", store, req.method, logged_path(req), ex)
         refusal = Unavailable(f"{store} store unavailable; retry later", retry_after=RETRY_AFTER)
         _domain(req, resp, refusal, p)
 
@@ -90,6 +90,14 @@ def _unavailable(store: str) -> Callable[[falcon.Request, falcon.Response, Excep
 _relational_unavailable = _unavailable("relational")
 
 
+def logged_path(req: falcon.Request) -> str:
+    """The request's path for the server log: a route whose path carries a credential
+    (an invitation's token) is logged as its template. Its path in an error line let
+    anyone reading the log accept a pending invitation, an admin's included."""
+    template = req.uri_template or ""
+    return template if "{token}" in template else req.path
+
+
 _TIMEOUT_MESSAGE = (
     "the query ran longer than the {store} store's limit and was stopped; "
     "narrow the request (a shorter time range, more filters) or retry later"
@@ -97,7 +105,7 @@ _TIMEOUT_MESSAGE = (
 
 
 def _timed_out(store: str, req: falcon.Request, resp: falcon.Response, p: Any) -> None:
-    log.warning("%s query timed out on %s %s", store, req.method, req.path)
+    log.warning("%s query timed out on %s %s", store, req.method, logged_path(req))
     message = _TIMEOUT_MESSAGE.format(store=store)
     _domain(req, resp, QueryTimeout(message, retry_after=RETRY_AFTER), p)
 
@@ -144,7 +152,7 @@ def _deleted_meanwhile(req: falcon.Request, resp: falcon.Response, ex: Exception
 
 
 def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception, _p: Any) -> None:
-    log.exception("unhandled error on %s %s", req.method, req.path)
+    log.exception("unhandled error on %s %s", req.method, logged_path(req))
     resp.status = 500
     resp.media = error_body("internal_error", "internal server error")
 

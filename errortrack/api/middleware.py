@@ -10,7 +10,7 @@ import falcon
 import orjson
 from sqlalchemy.orm import Session, sessionmaker
 
-from errortrack.api.errors import error_body
+from errortrack.api.errors import error_body, logged_path
 from errortrack.api.params import NoQuery, load_query
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class RenderJSON:
         try:
             resp.data = orjson.dumps(resp.media)
         except TypeError:  # orjson.JSONEncodeError: not encodable, or nested too deep
-            log.exception("answer of %s %s cannot be encoded", req.method, req.path)
+            log.exception("answer of %s %s cannot be encoded", req.method, logged_path(req))
             resp.status = falcon.HTTP_500
             resp.data = orjson.dumps(error_body("internal_error", "internal server error"))
         resp.content_type = falcon.MEDIA_JSON
@@ -121,6 +121,28 @@ class HeadAsGet:
             if "OPTIONS" not in methods:
                 methods.append("OPTIONS")
             resp.set_header("Allow", ", ".join(methods))
+
+
+class SecurityHeaders:
+    """Headers on every answer of the management app (the API, /auth, the docs):
+    - ``Cache-Control: no-store`` on /api and /auth: answers there carry API tokens
+      (shown once), invitation links, CSRF tokens and users' data, none of which a
+      browser's or a proxy's cache should keep (RFC 6749 5.1 asks it of token answers);
+    - ``X-Content-Type-Options: nosniff``: a browser takes each answer as its stated type;
+    - ``X-Frame-Options: DENY`` and ``Referrer-Policy: no-referrer``: no page is to be
+      framed by another site (the docs page had no such header), and no invitation link
+      leaves in a Referer.
+    A review found none of them (twenty-fifth session). Ingest is the SDKs' protocol and
+    keeps its own headers."""
+
+    def process_response(
+        self, req: falcon.Request, resp: falcon.Response, resource: Any, req_succeeded: bool
+    ) -> None:
+        resp.set_header("X-Content-Type-Options", "nosniff")
+        resp.set_header("X-Frame-Options", "DENY")
+        resp.set_header("Referrer-Policy", "no-referrer")
+        if req.path.startswith(("/api/", "/auth/")) and not resp.get_header("Cache-Control"):
+            resp.set_header("Cache-Control", "no-store")
 
 
 # The challenge every management 401 carries (RFC 9110 11.6.1: a 401 MUST send one).

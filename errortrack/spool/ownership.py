@@ -101,7 +101,7 @@ def fsync_dir(directory: Path) -> None:
 
 def lock(directory: Path) -> int | None:
     """The directory's lock fd, or None when another live process holds it."""
-    fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

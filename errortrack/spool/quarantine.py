@@ -247,7 +247,7 @@ class Quarantine:
     def _locked(self) -> Iterator[None]:
         # Several workers (and `errortrack spool requeue`) share the files.
         self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path / "lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -307,7 +307,7 @@ def _parse(line: bytes) -> dict[str, Any]:
 
 def _append(path: Path, data: bytes) -> None:
     created = not path.exists()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         size = os.fstat(fd).st_size
         try:

@@ -51,7 +51,7 @@ def bisect_marker(segment: Path, table: str) -> Path:
 class _Segment:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self.rows = 0
         self.size = 0
         self.created = time.monotonic()
@@ -493,7 +493,7 @@ class Spool:
         the first part is sent: a replay must never send them whole again, as the whole
         batch's token would not deduplicate against the parts already in."""
         marker = bisect_marker(path, table)
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT, 0o600)
         os.close(fd)
         ownership.fsync_dir(marker.parent)  # the file is empty: its name is the record
         with self._cond:

@@ -47,20 +47,35 @@ def test_a_read_only_database_is_a_503_not_a_500(tmp_path):
     with served_with_token(tmp_path) as (server, token):
         url = server.env["ERRORTRACK_DATABASE_URL"]
         bearer = {"Authorization": f"Bearer {token}"}
-        alter_pg_database(url, "SET default_transaction_read_only = on")
-        try:
-            for method, path, body in [
-                ("GET", "/api/projects", None),
-                ("POST", "/api/projects", {"name": "during failover"}),
-            ]:
-                resp = httpx.request(method, f"{server.url}{path}", json=body, headers=bearer)
-                assert resp.status_code == 503, (path, resp.text)
-                assert resp.json()["error"]["code"] == "unavailable"
-                assert resp.headers["Retry-After"] == "5"
-        finally:
-            alter_pg_database(url, "RESET default_transaction_read_only")
+
+        def refused(*requests: tuple[str, str, dict | None]) -> None:
+            alter_pg_database(url, "SET default_transaction_read_only = on")
+            try:
+                for method, path, body in requests:
+                    resp = httpx.request(method, f"{server.url}{path}", json=body, headers=bearer)
+                    assert resp.status_code == 503, (path, resp.text)
+                    assert resp.json()["error"]["code"] == "unavailable"
+                    assert resp.headers["Retry-After"] == "5"
+            finally:
+                alter_pg_database(url, "RESET default_transaction_read_only")
+
+        # The token's first use records its last_used_at: a write, refused.
+        refused(("GET", "/api/projects", None))
+        invited = httpx.post(
+            f"{server.url}/api/invitations",
+            json={"email": "new@example.com", "role": "admin"},
+            headers=bearer,
+        ).json()["token"]
+        refused(
+            ("POST", "/api/projects", {"name": "during failover"}),
+            ("POST", f"/auth/invitations/{invited}/accept", {"password": "s3cret-pass"}),
+        )
         assert httpx.get(f"{server.url}/api/projects", headers=bearer).status_code == 200
         assert "Traceback" not in server.log()
+        # The refusals are logged without the invitation's token, in the path or among
+        # the statement's parameters: anyone reading the log could have accepted it.
+        assert "/auth/invitations/{token}/accept" in server.log()
+        assert invited not in server.log()
 
 
 @pg_only

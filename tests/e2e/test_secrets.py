@@ -1,0 +1,132 @@
+"""Secrets and personal data at rest and on the way out (twenty-fifth session's review):
+the data dir is the user errortrack runs as's alone, answers carrying credentials are
+not cached, and password hashing cannot be used to exhaust the worker's memory."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import stat
+import threading
+import time
+import uuid
+
+import httpx
+import pytest
+
+from errortrack.auth import passwords
+from errortrack.config import Settings, SettingsError
+from tests.ingest_support import log_envelope
+from tests.support import served_with_token
+
+
+def test_the_data_dir_is_for_errortrack_s_user_alone(tmp_path):
+    """With the usual umask 022 every file was 0644 and every directory 0755: any local
+    user read a pending admin invitation's token from the SQLite file and accepted it,
+    and read logs with their personal data from the spool."""
+    data = tmp_path / "data"
+    data.mkdir()
+    os.chmod(data, 0o755)  # as a release before this one left it
+    (data / "left-by-an-older-release").write_text("x")
+    with served_with_token(tmp_path) as (server, token):
+        bearer = {"Authorization": f"Bearer {token}"}
+        project = httpx.post(
+            f"{server.url}/api/projects", json={"name": f"p-{uuid.uuid4().hex[:6]}"}, headers=bearer
+        ).json()
+        key = project["dsn"].split("//", 1)[1].split("@", 1)[0]
+        sent = httpx.post(
+            f"{server.url}/api/{project['id']}/envelope/",
+            content=log_envelope([{"timestamp": time.time(), "level": "info", "body": "pii"}]),
+            headers={"X-Sentry-Auth": f"Sentry sentry_key={key}"},
+        )
+        assert sent.status_code == 200
+        invited = httpx.post(
+            f"{server.url}/api/invitations",
+            json={"email": "new@example.com", "role": "admin"},
+            headers=bearer,
+        )
+        assert invited.status_code == 201
+        made = [p for p in data.rglob("*") if p.name != "left-by-an-older-release"]
+        # The spool, the engine's files and (on the embedded default) the database.
+        assert any(p.suffix == ".seg" for p in made) or any(p.name == "spool" for p in made)
+        assert any("clickhouse" in p.parts for p in made)
+        open_to_others = {
+            str(p.relative_to(data)): oct(stat.S_IMODE(p.lstat().st_mode))
+            for p in made
+            if not p.is_symlink() and stat.S_IMODE(p.lstat().st_mode) & 0o077
+        }
+        assert open_to_others == {}
+    # The directory itself: no one else may enter it, which covers what older releases
+    # left in it; its group access is the operator's choice, as PostgreSQL's 0750 is.
+    assert stat.S_IMODE(data.stat().st_mode) == 0o750
+    assert "was open to every local user (mode 755); now 750" in server.log()
+
+
+def test_answers_carrying_credentials_are_not_kept_by_caches(tmp_path):
+    with served_with_token(tmp_path) as (server, token):
+        bearer = {"Authorization": f"Bearer {token}"}
+        for resp in [
+            httpx.post(f"{server.url}/api/tokens", json={"description": "ci"}, headers=bearer),
+            httpx.get(f"{server.url}/api/invitations", headers=bearer),
+            httpx.get(f"{server.url}/api/me", headers=bearer),
+            httpx.post(
+                f"{server.url}/auth/login",
+                json={"email": "root@example.com", "password": "primary password"},
+            ),
+            httpx.get(f"{server.url}/api/nowhere", headers=bearer),
+        ]:
+            assert resp.status_code in (200, 201, 404), resp.text
+            assert resp.headers["Cache-Control"] == "no-store", resp.request.url
+            assert resp.headers["X-Content-Type-Options"] == "nosniff"
+            assert resp.headers["X-Frame-Options"] == "DENY"
+            assert resp.headers["Referrer-Policy"] == "no-referrer"
+        # Probes may be cached by whatever sits in front; they still are not framed.
+        health = httpx.get(f"{server.url}/healthz")
+        assert "no-store" not in health.headers.get("Cache-Control", "")
+
+
+def test_password_hashes_are_computed_two_at_a_time(monkeypatch):
+    """Each argon2 hash takes 64 MiB: eight bad logins at once (different emails, so the
+    lockout never applies) took the worker from 430 to 955 MB."""
+    real = passwords._hasher
+    lock = threading.Lock()
+    running, most = [0], [0]
+
+    class Counting:
+        def __getattr__(self, name):
+            method = getattr(real, name)
+
+            def counted(*args):
+                with lock:
+                    running[0] += 1
+                    most[0] = max(most[0], running[0])
+                try:
+                    time.sleep(0.05)  # long enough for the others to pile up
+                    return method(*args)
+                finally:
+                    with lock:
+                        running[0] -= 1
+
+            return counted
+
+    monkeypatch.setattr(passwords, "_hasher", Counting())
+    stored = real.hash("right password")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        checks = list(
+            pool.map(
+                lambda i: passwords.verify_password(stored, "right password" if i % 2 else "no"),
+                range(16),
+            )
+        )
+        made = list(pool.map(lambda _: passwords.hash_password("another one"), range(4)))
+    assert checks == [bool(i % 2) for i in range(16)]
+    assert all(real.verify(h, "another one") for h in made)
+    assert most[0] == 2
+
+
+@pytest.mark.parametrize("password", ["Sup3rSecret/x", "Sup3r#Secret", "Sup3r?Secret"])
+def test_a_bad_url_is_refused_without_quoting_its_password(password):
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_env({"ERRORTRACK_CLICKHOUSE_URL": f"http://default:{password}@ch:8123/db"})
+    assert "Secret" not in str(refused.value)
+    assert "percent-encoded" in str(refused.value)
