@@ -97,12 +97,15 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     # SDK ingest is not here: it runs on the event loop (server.py, docs/INGEST.md).
 
     # Access: login sessions, team, invitations, projects, members, tokens (docs/API.md).
-    app.add_route("/auth/login", account.Login(state, LoginThrottle(state.clock)))
+    # One lockout for logins and password changes: guesses through either count alike.
+    throttle = LoginThrottle(state.clock)
+    app.add_route("/auth/login", account.Login(state, throttle))
     app.add_route("/auth/logout", account.Logout(state))
     app.add_route("/auth/register", account.Register())
     app.add_route("/auth/invitations/{token}", account.InvitationByToken(state))
     app.add_route("/auth/invitations/{token}/accept", account.AcceptInvitation(state))
     app.add_route("/api/me", account.Me())
+    app.add_route("/api/me/password", account.MyPassword(state, throttle))
     app.add_route("/api/team", team.Team())
     app.add_route("/api/team/{user_id:int}", team.TeamUser())
     app.add_route("/api/invitations", team.Invitations(state))

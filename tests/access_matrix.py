@@ -166,6 +166,16 @@ ROWS: list[Row] = [
     ),
     Row("GET /api/me", "401 401 200 200 200 200 200 200", lambda w, c: ("GET", "/api/me", None)),
     Row(
+        "POST /api/me/password",
+        "401 401 204 204 204 204 204 204",
+        lambda w, c: (
+            "POST",
+            "/api/me/password",
+            {"current_password": PASSWORD, "new_password": PASSWORD},
+        ),
+        "the caller's own password, set to the same again",
+    ),
+    Row(
         "GET /auth/invitations/{token}",
         "200 200 200 200 200 200 200 200",
         lambda w, c: ("GET", f"/auth/invitations/{_invitation(w)}", None),

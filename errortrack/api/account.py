@@ -15,10 +15,11 @@ from errortrack.api.schemas.access import (
     InvitationPublicOut,
     LoginIn,
     MeOut,
+    PasswordChangeIn,
     SessionOut,
 )
 from errortrack.auth import sessions
-from errortrack.auth.login import login
+from errortrack.auth.login import change_password, login
 from errortrack.auth.throttle import LoginThrottle
 from errortrack.errors import Forbidden
 from errortrack.models import User
@@ -98,6 +99,36 @@ class Me:
         resp.media = MeOut().dump(
             {"user": user, "auth": me.via, "csrf_token": current.csrf_token if current else None}
         )
+
+
+class MyPassword:
+    def __init__(self, state: AppState, throttle: LoginThrottle) -> None:
+        self._state = state
+        self._throttle = throttle
+
+    @api_doc(
+        "Change the caller's password; ends the caller's other login sessions",
+        request=PasswordChangeIn,
+        status=204,
+        tags=("auth",),
+    )
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        body = load(req, PasswordChangeIn)
+        me = principal(req)
+        current = login_session(req)
+        db = session(req)
+        user = db.get(User, me.user_id)
+        assert user is not None  # principal() found it in this very transaction
+        change_password(
+            db,
+            user,
+            current=body["current_password"],
+            new=body["new_password"],
+            keep_session=current.id if current else None,
+            ip=client_address(req, self._state.settings.trusted_proxies),
+            throttle=self._throttle,
+        )
+        resp.status = falcon.HTTP_204
 
 
 class Register:

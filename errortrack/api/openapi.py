@@ -53,6 +53,7 @@ OPERATION_IDS = {
     ("POST", "/api/invitations"): "createInvitation",
     ("DELETE", "/api/invitations/{invitation_id}"): "revokeInvitation",
     ("GET", "/api/me"): "getMe",
+    ("POST", "/api/me/password"): "changeMyPassword",
     ("GET", "/api/projects"): "listProjects",
     ("POST", "/api/projects"): "createProject",
     ("GET", "/api/projects/{project_id}"): "getProject",

@@ -15,10 +15,10 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from errortrack.auth import sessions
-from errortrack.auth.passwords import hash_password, verify_password
+from errortrack.auth.passwords import MIN_LENGTH, hash_password, verify_password
 from errortrack.auth.throttle import LoginThrottle
-from errortrack.errors import Unauthorized
-from errortrack.models import User
+from errortrack.errors import Forbidden, Unauthorized, ValidationError
+from errortrack.models import LoginSession, User
 from errortrack.team.users import email_key
 
 
@@ -51,3 +51,41 @@ def login(
     throttle.succeeded(email, ip)
     sessions.purge_expired(session, now=now)
     return user, sessions.start_session(session, user_id=user.id, now=now)
+
+
+def change_password(
+    session: Session,
+    user: User,
+    *,
+    current: str,
+    new: str,
+    keep_session: int | None,
+    ip: str,
+    throttle: LoginThrottle,
+) -> None:
+    """Set ``user``'s password to ``new`` once ``current`` is theirs, and end every login
+    session of theirs but ``keep_session`` (the caller's own), as Django does: before
+    this, a password or a 14-day cookie that had leaked could only be stopped by
+    deleting the user (review, twenty-fifth session). API tokens stay; each is revoked
+    on its own. Wrong guesses count towards the login lockout of the user's email, so
+    a stolen session or token cannot try passwords faster than a login could."""
+    if len(new) < MIN_LENGTH:
+        raise ValidationError(
+            f"password must be at least {MIN_LENGTH} characters", field="new_password"
+        )
+    throttle.check(user.email, ip)
+    try:
+        ok = verify_password(user.password_hash, current)
+        if ok:
+            user.password_hash = hash_password(new)
+    except BaseException:
+        throttle.release(user.email, ip)
+        raise
+    if not ok:
+        throttle.failed(user.email, ip)
+        raise Forbidden("the current password is wrong")
+    throttle.succeeded(user.email, ip)
+    others = sa.delete(LoginSession).where(LoginSession.user_id == user.id)
+    if keep_session is not None:
+        others = others.where(LoginSession.id != keep_session)
+    session.execute(others)

@@ -304,3 +304,51 @@ def test_emails_and_passwords_beyond_any_real_one_are_400(world, body, field):
     # Kept as the throttle's key (the email) or hashed whole (the password) otherwise.
     resp = world.client.simulate_post("/auth/login", json=body)
     assert resp.status_code == 400 and resp.json["error"]["field"] == field
+
+
+def _change(world, cookie, csrf, current, new):
+    return world.client.simulate_post(
+        "/api/me/password",
+        json={"current_password": current, "new_password": new},
+        cookies={COOKIE: cookie},
+        headers={"X-CSRF-Token": csrf},
+    )
+
+
+def test_a_password_change_ends_the_user_s_other_sessions(world):
+    """A leaked password or cookie could only be stopped by deleting the user (review,
+    twenty-fifth session). A change ends every other session of the user, as Django's
+    does; the caller's own session and the user's API tokens stay."""
+    mine, csrf = _session(world)
+    other, _ = _session(world)
+    someone_else, _ = _session(world, "editor@example.com")
+    assert _change(world, mine, csrf, PASSWORD, "a new passphrase").status_code == 204
+    me = {"cookies": {COOKIE: mine}}
+    assert world.client.simulate_get("/api/me", **me).status_code == 200
+    assert world.client.simulate_get("/api/me", cookies={COOKIE: other}).status_code == 401
+    elsewhere = world.client.simulate_get("/api/me", cookies={COOKIE: someone_else})
+    assert elsewhere.status_code == 200
+    assert world.call("viewer", "GET", "/api/me").status_code == 200  # its API token
+    assert _login(world.client).status_code == 401
+    assert _login(world.client, password="a new passphrase").status_code == 200
+    # Without the CSRF header a cookie write is refused, this one too.
+    resp = world.client.simulate_post(
+        "/api/me/password",
+        json={"current_password": "a new passphrase", "new_password": PASSWORD},
+        **me,
+    )
+    assert resp.status_code == 403 and _login(world.client).status_code == 401
+
+
+def test_a_password_change_needs_the_current_password_and_counts_guesses(world):
+    mine, csrf = _session(world)
+    short = _change(world, mine, csrf, PASSWORD, "short")
+    assert short.status_code == 400 and short.json["error"]["field"] == "new_password"
+    for _ in range(5):  # the login lockout's free failures
+        wrong = _change(world, mine, csrf, "not my password", "a new passphrase")
+        assert wrong.status_code == 403, wrong.text
+    # Locked out, for logins of that email from that address too.
+    assert _change(world, mine, csrf, PASSWORD, "a new passphrase").status_code == 429
+    assert _login(world.client).status_code == 429
+    # Nothing changed meanwhile: no session ended, the password the same.
+    assert world.client.simulate_get("/api/me", cookies={COOKIE: mine}).status_code == 200

@@ -123,6 +123,13 @@ class AcceptIn(Schema):
     )
 
 
+class PasswordChangeIn(Schema):
+    current_password = fields.Str(required=True, validate=_password, metadata={"pattern": _NO_NUL})
+    new_password = fields.Str(
+        required=True, validate=_password, metadata={"minLength": MIN_PASSWORD, "pattern": _NO_NUL}
+    )
+
+
 class ProjectIn(Schema):
     name = fields.Str(required=True, metadata=_named)
 
