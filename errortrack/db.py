@@ -165,6 +165,13 @@ def unit_of_work(factory: sessionmaker[Session]) -> Iterator[Session]:
         session.close()
 
 
-def ping(engine: Engine) -> None:
+def ping(engine: Engine) -> str:
+    """Raise when the store does not answer; else "ok", or "read-only" for a PostgreSQL
+    that refuses writes (a standby after a failover, default_transaction_read_only):
+    the API answers its writes 503 then, while reads and ingest with known keys go on."""
     with engine.connect() as conn:
-        conn.execute(sa.text("SELECT 1"))
+        if engine.dialect.name != "postgresql":
+            conn.execute(sa.text("SELECT 1"))
+            return "ok"
+        read_only = conn.scalar(sa.text("SELECT current_setting('transaction_read_only')"))
+        return "read-only" if read_only == "on" else "ok"

@@ -113,7 +113,9 @@ class AppState:
     def check_stores(self, *, skip_clickhouse: bool = False) -> dict[str, str]:
         """Store name -> why it does not answer; empty when both answer."""
         failures: dict[str, str] = {}
-        probes = [("relational", lambda: db.ping(self.engine))]
+        probes: list[tuple[str, Callable[[], object]]] = [
+            ("relational", lambda: db.ping(self.engine))
+        ]
         if not skip_clickhouse:
             probes.append(("clickhouse", self.clickhouse.ping))
         for name, ping in probes:

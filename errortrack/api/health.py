@@ -65,6 +65,8 @@ class _SingleFlight:
         self._lock = threading.Lock()
         self._running: concurrent.futures.Future[None] | None = None
         self.started = 0.0  # when the check in ``_running`` was asked for (monotonic)
+        # What the last check that answered said ("ok", "read-only"); a ping's None is "ok".
+        self.answer = "ok"
         self._work: queue.SimpleQueue[concurrent.futures.Future[None]] | None = None
 
     def current(self) -> tuple[concurrent.futures.Future[None], float]:
@@ -95,12 +97,13 @@ class _SingleFlight:
                         return
                 continue
             try:
-                self._ping()
+                answer = self._ping()
             # Any failure to answer means "not ready"; BaseException too, or the thread
             # died with the check unresolved and /readyz said 503 until a restart.
             except BaseException as exc:
                 future.set_exception(exc)
             else:
+                self.answer = str(answer or "ok")
                 future.set_result(None)
 
 
@@ -174,7 +177,10 @@ class Readyz:
         kept = quarantine.Quarantine(quarantine.directory(self._state.settings.spool_dir))
         body: dict[str, object] = {
             "status": "ok",
-            "relational": "ok",
+            # Still a 200 when read-only: ingest goes on (logs, and events of known keys
+            # wait in the spool for their issues) and reads are served; taking this
+            # server out of a load balancer would drop what SDKs send instead.
+            "relational": self._checks[0].answer,
             "clickhouse": "ok",
             "quarantined_rows": kept.count(),
         }

@@ -56,6 +56,9 @@ def test_a_read_only_database_is_a_503_not_a_500(tmp_path):
                     assert resp.status_code == 503, (path, resp.text)
                     assert resp.json()["error"]["code"] == "unavailable"
                     assert resp.headers["Retry-After"] == "5"
+                # Still ready (ingest goes on), and saying why writes are refused.
+                ready = httpx.get(f"{server.url}/readyz")
+                assert ready.status_code == 200 and ready.json()["relational"] == "read-only"
             finally:
                 alter_pg_database(url, "RESET default_transaction_read_only")
 
@@ -71,6 +74,7 @@ def test_a_read_only_database_is_a_503_not_a_500(tmp_path):
             ("POST", f"/auth/invitations/{invited}/accept", {"password": "s3cret-pass"}),
         )
         assert httpx.get(f"{server.url}/api/projects", headers=bearer).status_code == 200
+        assert httpx.get(f"{server.url}/readyz").json()["relational"] == "ok"
         assert "Traceback" not in server.log()
         # The refusals are logged without the invitation's token, in the path or among
         # the statement's parameters: anyone reading the log could have accepted it.
