@@ -116,6 +116,6 @@ def build(api_threads: int = API_THREADS, *, lock_data_dir: bool = True) -> Serv
     ``serve`` passes ``lock_data_dir=False``: it holds the data dir's lock itself."""
     global state, lifecycle
     private.restrict_new_files()  # run by gunicorn directly too, not only by `serve`
-    state = AppState.build(Settings.from_env())
+    state = AppState.build(Settings.from_env(), api_threads=api_threads)
     lifecycle = Lifecycle(state, lock_data_dir=lock_data_dir)
     return create_server_app(state=state, api_threads=api_threads, lifecycle=lifecycle)

@@ -13,6 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
@@ -63,10 +64,21 @@ class Base(DeclarativeBase):
 _QUIET = {"hide_parameters": True}
 
 
-def make_engine(url: str) -> Engine:
+# Connections besides the API's threads: the spool writer, the retention pass, the key
+# loads (ingest.auth's 4 threads) and /readyz's check.
+BACKGROUND_CONNECTIONS = 7
+
+
+def make_engine(url: str, *, api_threads: int = 8) -> Engine:
+    """The relational store's engine, its pool sized for ``api_threads`` request threads
+    (``serve --threads``) plus the background's: a fixed 10 + 10 ran out under
+    ``--threads 32`` and answered 503s while the database had room."""
+    pool = {"pool_size": api_threads + BACKGROUND_CONNECTIONS, "max_overflow": 10}
     if url.startswith("sqlite"):
+        if not SQLiteDialect_pysqlite._is_url_file_db(sa.engine.make_url(url)):
+            pool = {}  # in memory (tests): one connection per thread, nothing to size
         engine = sa.create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": 30}, **_QUIET
+            url, connect_args={"check_same_thread": False, "timeout": 30}, **pool, **_QUIET
         )
 
         @event.listens_for(engine, "connect")
@@ -86,9 +98,8 @@ def make_engine(url: str) -> Engine:
     engine = sa.create_engine(
         url,
         pool_pre_ping=True,
-        pool_size=10,
-        max_overflow=10,
         connect_args=defaults,
+        **pool,
         **_QUIET,
     )
 

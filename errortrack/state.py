@@ -95,11 +95,12 @@ class AppState:
         engine: Engine | None = None,
         clickhouse: ClickHouse | None = None,
         clock: Clock = utc_now,
+        api_threads: int = 8,
     ) -> AppState:
         if not settings.database_url or not settings.clickhouse_url:
             # The embedded defaults live in the data dir; create it on first start.
             private.make_data_dir(settings.data_dir)
-        engine = engine or db.make_engine(settings.resolved_database_url)
+        engine = engine or db.make_engine(settings.resolved_database_url, api_threads=api_threads)
         timeout = settings.query_timeout_seconds
         clickhouse = clickhouse or ClickHouse(
             settings.resolved_clickhouse_url,

@@ -7,6 +7,7 @@ settings (read-only, DateStyle, encodings, locks) and are skipped on SQLite.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import time
 import uuid
 
@@ -253,3 +254,26 @@ def test_a_locked_keys_table_holds_neither_ingest_nor_readyz(tmp_path):
             conn.rollback()
             conn.close()
             locker.dispose()
+
+
+def test_the_pool_has_a_connection_for_every_api_thread(tmp_path):
+    """A fixed pool of 10 + 10 served `--threads 32` with 503s (pool timeouts) while the
+    database had room: it now has one per thread, plus the background's."""
+    from errortrack import asgi
+
+    env = server_env(tmp_path / "data", f"sqlite:///{tmp_path / 'x.sqlite3'}")
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            if name.startswith("ERRORTRACK_"):
+                patch.setenv(name, value)
+        umask = os.umask(0o022)
+        try:
+            app = asgi.build(32, lock_data_dir=False)
+        finally:
+            os.umask(umask)  # build() set errortrack's own; this process is pytest's
+    try:
+        pool = asgi.state.engine.pool
+        assert pool.size() == 32 + db.BACKGROUND_CONNECTIONS  # type: ignore[attr-defined]
+    finally:
+        asgi.state.engine.dispose()
+    assert app is not None
