@@ -15,13 +15,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import InstrumentedAttribute, QueryableAttribute, Session, aliased
 
-from errortrack import db
+from errortrack import db, paging
 from errortrack.analytics import ClickHouse
 from errortrack.errors import NotFound, ValidationError
 from errortrack.issues.cursor import EventCursor, IssueCursor
 from errortrack.logs.query import ch_time, iso_utc, stored_json
 from errortrack.models import ISSUE_STATUSES, Issue
-from errortrack.paging import PageRequest, page_body, parse_choices
+from errortrack.paging import PageRequest, page_body, parse_choices, within_budget
 
 # Each sort of the issues list: the column it orders by before the id (None: the id
 # alone) and whether it is descending. Every order ends on the id, so that pages never
@@ -59,6 +59,13 @@ _ISSUE_EVENTS = f"{_PROJECT_EVENTS} AND issue_id = {{issue_id:UInt64}}"
 _NEWEST_FIRST = "timestamp DESC, event_id DESC"
 # Where the sort key is in a row of EVENT_COLUMNS.
 _ID, _TIMESTAMP = 0, 2
+_WITH_PAYLOAD = f"{EVENT_COLUMNS}, payload"
+
+
+def _budgeted(select: str) -> str:
+    return paging.budgeted(select, _WITH_PAYLOAD, ("payload",), _NEWEST_FIRST)
+
+
 # The events after a cursor in that order, spelled with a plain range first, which the
 # table's key (and its partitions by day) narrow. Both the ORDER BY and this ``<``
 # compare event ids in ClickHouse, which orders a UUID by its second 64 bits first (not
@@ -429,21 +436,27 @@ def _events_page(
     limit = {"limit": page.per_page + 1}
     if cursor is not None:
         rows = store.query_rows(
-            f"SELECT {EVENT_COLUMNS}, payload FROM events WHERE {where} AND {_EVENTS_AFTER} "
-            f"ORDER BY {_NEWEST_FIRST} LIMIT {{limit:UInt32}}",
+            _budgeted(
+                f"SELECT {_WITH_PAYLOAD} FROM events WHERE {where} AND {_EVENTS_AFTER} "
+                f"ORDER BY {_NEWEST_FIRST} LIMIT {{limit:UInt32}}"
+            ),
             {**params, **limit, "c_time": ch_time(cursor.timestamp), "c_id": str(cursor.event_id)},
         )
     elif not page.past_end(total):
         rows = store.query_rows(
-            f"SELECT {EVENT_COLUMNS}, payload FROM events WHERE {where} "
-            f"ORDER BY {_NEWEST_FIRST} LIMIT {{limit:UInt32}} OFFSET {{offset:UInt64}}",
+            _budgeted(
+                f"SELECT {_WITH_PAYLOAD} FROM events WHERE {where} "
+                f"ORDER BY {_NEWEST_FIRST} LIMIT {{limit:UInt32}} OFFSET {{offset:UInt64}}"
+            ),
             {**params, **limit, "offset": page.offset},
         )
-    shown = rows[: page.per_page]
+    more = len(rows) > page.per_page
+    # Payloads of up to 1 MiB each: a page cut by the byte budget goes on by its cursor.
+    shown, cut = within_budget(rows[: page.per_page])
     body = page_body([_with_payload(row) for row in shown], total, page)
     if cursor is not None:
         body["page"] = None
-    last = shown[-1] if len(rows) > page.per_page and shown else None
+    last = shown[-1] if (more or cut) and shown else None
     body["next_cursor"] = last and EventCursor.after_row(last[_TIMESTAMP], last[_ID]).encode()
     return body
 

@@ -151,3 +151,27 @@ def test_payload_lists_take_at_most_100_per_page(ingest_world):
         assert resp.status_code == 400, resp.text
         assert resp.json["error"]["field"] == "per_page"
     assert _get(w, f"/api/projects/{w.project_id}/logs", "per_page=1000").status_code == 200
+
+
+def test_pages_of_events_stop_at_their_byte_budget(ingest_world, monkeypatch):
+    """100 payloads of up to 1 MiB are still 100 MiB: a page ends once its payloads pass
+    the byte budget (32 MiB; two or so events' worth here) and goes on by its cursor."""
+    from errortrack import paging
+
+    w = ingest_world
+    sent = [_event("same bug", i, extra={"x": "y" * 300}) for i in range(8)]
+    send_events(w, w.project_id, sent)
+    monkeypatch.setattr(paging, "PAGE_BYTES", 1000)
+    (issue,) = _get(w, f"/api/projects/{w.project_id}/issues", "").json["items"]
+    for path in (
+        f"/api/projects/{w.project_id}/events",
+        f"/api/projects/{w.project_id}/issues/{issue['id']}/events",
+    ):
+        body = _get(w, path, "per_page=100").json
+        assert 1 <= len(body["items"]) < 8 and body["next_cursor"], body
+        seen = [item["event_id"] for item in body["items"]]
+        while body["next_cursor"]:
+            body = _get(w, path, f"per_page=100&cursor={body['next_cursor']}").json
+            assert body["items"]
+            seen += [item["event_id"] for item in body["items"]]
+        assert seen == [e["event_id"] for e in reversed(sent)]
