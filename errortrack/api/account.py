@@ -46,8 +46,16 @@ def secure_cookies(state: AppState) -> bool:
 
 
 def _session_answer(
-    resp: falcon.Response, state: AppState, user: User, new: sessions.NewSession
+    req: falcon.Request,
+    resp: falcon.Response,
+    state: AppState,
+    user: User,
+    new: sessions.NewSession,
 ) -> None:
+    # The session is stored before its cookie is set: committed after the handler (in
+    # DatabaseSessions), a commit that failed left a 503 carrying a cookie for a session
+    # that never existed, and the browser dropped its working one (disk review).
+    session(req).commit()
     set_session_cookie(resp, new.secret, secure=secure_cookies(state))
     resp.media = SessionOut().dump({"user": user, "csrf_token": new.login.csrf_token})
 
@@ -74,7 +82,7 @@ class Login:
             throttle=self._throttle,
             now=self._state.clock(),
         )
-        _session_answer(resp, self._state, user, new)
+        _session_answer(req, resp, self._state, user, new)
 
 
 class Logout:
@@ -86,6 +94,9 @@ class Logout:
         current = login_session(req)
         if current is not None:
             sessions.end_session(session(req), current.id)
+            # Ended before the cookie is cleared: a 503 that cleared it left the session
+            # valid for its 14 days, and the user believing they had logged out.
+            session(req).commit()
         resp.unset_cookie(sessions.COOKIE_NAME, path="/")
         resp.status = falcon.HTTP_204
 
@@ -176,6 +187,6 @@ class AcceptInvitation:
         db, now = session(req), self._state.clock()
         user = invitations.accept_invitation(db, token=token, password=body["password"], now=now)
         _session_answer(
-            resp, self._state, user, sessions.start_session(db, user_id=user.id, now=now)
+            req, resp, self._state, user, sessions.start_session(db, user_id=user.id, now=now)
         )
         resp.status = falcon.HTTP_201

@@ -277,3 +277,50 @@ def test_the_pool_has_a_connection_for_every_api_thread(tmp_path):
     finally:
         asgi.state.engine.dispose()
     assert app is not None
+
+
+@pg_only
+def test_a_login_or_logout_whose_commit_fails_leaves_the_cookie_alone(tmp_path):
+    """A full disk fails the commit, after the handler: login answered 503 with a cookie
+    for a session never stored (the browser dropped its working one), and logout 503
+    clearing the cookie of a session still valid for 14 days (disk review). The disk
+    is made full for login_sessions alone, at commit, by a deferred trigger."""
+    with served_with_token(tmp_path) as (server, _token):
+        url = server.env["ERRORTRACK_DATABASE_URL"]
+        login = {"email": "root@example.com", "password": "primary password"}
+        first = httpx.post(f"{server.url}/auth/login", json=login)
+        assert first.status_code == 200
+        cookie = {"errortrack_session": first.cookies["errortrack_session"]}
+        csrf = {"X-CSRF-Token": first.json()["csrf_token"]}
+        engine = sa.create_engine(url)
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "CREATE FUNCTION disk_full() RETURNS trigger LANGUAGE plpgsql AS "
+                    "$$ BEGIN RAISE EXCEPTION 'could not extend file' "
+                    "USING ERRCODE = '53100'; END $$"
+                )
+            )
+            conn.execute(
+                sa.text(
+                    "CREATE CONSTRAINT TRIGGER full_disk AFTER INSERT OR DELETE ON login_sessions "
+                    "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION disk_full()"
+                )
+            )
+        try:
+            refused = httpx.post(f"{server.url}/auth/login", json=login)
+            assert refused.status_code == 503, refused.text
+            assert "set-cookie" not in refused.headers
+            out = httpx.post(f"{server.url}/auth/logout", cookies=cookie, headers=csrf)
+            assert out.status_code == 503, out.text
+            assert "set-cookie" not in out.headers
+        finally:
+            with engine.begin() as conn:
+                conn.execute(sa.text("DROP TRIGGER full_disk ON login_sessions"))
+                conn.execute(sa.text("DROP FUNCTION disk_full()"))
+            engine.dispose()
+        # The session the failed logout left is still the user's, and logout works now.
+        assert httpx.get(f"{server.url}/api/me", cookies=cookie).status_code == 200
+        out = httpx.post(f"{server.url}/auth/logout", cookies=cookie, headers=csrf)
+        assert out.status_code == 204 and "errortrack_session" in out.headers["set-cookie"]
+        assert httpx.get(f"{server.url}/api/me", cookies=cookie).status_code == 401
