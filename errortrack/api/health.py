@@ -196,6 +196,9 @@ class Readyz:
                 "bytes": spool.size,
                 "max_bytes": spool.max_bytes,
                 "insert_failures": runtime.writer.failures,
+                # Ingest answers 503 while the spool cannot write (a full or read-only
+                # disk): /readyz said nothing of it (disk review).
+                "write_failures": spool.write_failures,
             }
         return body
 

@@ -116,6 +116,9 @@ class Spool:
         self._waiters: collections.deque[_Waiter] = collections.deque()  # by ``mine``
         self._sealers = 0  # threads waiting in _seal_locked for the sync to end
         self.syncs = 0  # fdatasync calls, for tests and diagnostics
+        # Writes and syncs failed since the last sync that succeeded (a full or read-only
+        # disk): every ingest request is a 503 meanwhile; /readyz shows it.
+        self.write_failures = 0
         self._syncer: queue.SimpleQueue[_Job] | None = None
         self._syncer_thread: threading.Thread | None = None
         # Bytes queued for the syncer thread and not written yet, for the size cap: the
@@ -358,6 +361,7 @@ class Spool:
             self._seal_locked()
 
     def _cannot_write(self, exc: OSError) -> Unavailable:
+        self.write_failures += 1
         return Unavailable(f"the ingest spool cannot write: {exc}", retry_after=self.retry_after)
 
     def _sync(self) -> None:
@@ -371,6 +375,7 @@ class Spool:
                 os.fdatasync(seg.fd)
                 self.syncs += 1
             synced = True
+            self.write_failures = 0
         except OSError as exc:
             with self._cond:
                 error = self._fail_covered_locked(target, exc)
@@ -397,6 +402,7 @@ class Spool:
         pages with the error), so their requests fail (503: the SDK may resend; the rows
         that did reach the disk are inserted all the same, so a resend can duplicate
         but nothing acknowledged is lost)."""
+        self.write_failures += 1
         error = Unavailable(f"the ingest spool cannot sync: {exc}", retry_after=self.retry_after)
         self._wake_locked(target, error)
         return error

@@ -108,7 +108,12 @@ def test_serve_on_embedded_default_and_a_second_serve_fails_cleanly(tmp_path):
             assert ready.status_code == 200
             body = ready.json()
             spool = body.pop("spool")
-            assert spool == {"bytes": spool["bytes"], "max_bytes": 1 << 30, "insert_failures": 0}
+            assert spool == {
+                "bytes": spool["bytes"],
+                "max_bytes": 1 << 30,
+                "insert_failures": 0,
+                "write_failures": 0,
+            }
             assert body == {
                 "status": "ok",
                 "relational": "ok",

@@ -78,6 +78,9 @@ def test_a_full_disk_answers_503_and_loses_nothing_acknowledged(tmp_path):
                 try:
                     for n in range(20):
                         send(f"full-{n}")
+                    # /readyz says so (it said nothing while every ingest was a 503).
+                    ready = client.get(f"{server.url}/readyz").json()
+                    assert ready["spool"]["write_failures"] == 20
                     # Long enough for the writer to seal and try to insert the logs
                     # acknowledged before: the engine cannot write its parts either.
                     time.sleep(2)
@@ -87,6 +90,7 @@ def test_a_full_disk_answers_503_and_loses_nothing_acknowledged(tmp_path):
                     send(f"after-{n}")
             # Every request while the disk was full was refused, and only those.
             assert statuses == [200] * 10 + [503] * 20 + [200] * 10
+            assert httpx.get(f"{server.url}/readyz").json()["spool"]["write_failures"] == 0
             wait_spool_empty(data)
             assert server.proc is not None and server.proc.poll() is None  # still serving
         finally:
