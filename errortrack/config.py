@@ -275,6 +275,12 @@ class Settings:
     max_event_bytes: int = _setting(2**20, _positive_int, "Cap on one event in bytes (413)")
     # Ingest spool: above this many bytes of rows not yet in ClickHouse, ingest answers 503.
     spool_max_bytes: int = _setting(2**30, _positive_int, "Spool size cap in bytes (503)")
+    # Ingest: below this much free space on the spool's filesystem (at most 5 % of it),
+    # ingest answers 503, so that retention, the cleanup API and a restart keep the room
+    # they need (a disk filled to the last byte could not be freed by errortrack).
+    min_free_bytes: int = _setting(
+        256 * 2**20, _non_negative_int, "Free disk space ingest leaves (503 below; 0 = off)"
+    )
     # The writer inserts a batch at this many rows or at WRITER_MAX_AGE_MS, whichever first.
     # Bigger inserts make fewer, bigger parts, so merges rewrite each row fewer times
     # (about half of the engine's CPU per log is merging): 20k rows gave +10 % logs/s end

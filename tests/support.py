@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 import sqlalchemy as sa
 
 TEST_PG = os.environ.get("ERRORTRACK_TEST_DATABASE_URL", "")
@@ -198,3 +200,27 @@ def served_with_token(tmp_path: Path, *, threads: int = 2) -> Iterator[tuple[Ser
             yield server, made.stdout.strip()
         finally:
             server.stop()
+
+
+# Loop-mounted filesystems (a small disk to fill, a power cut to simulate) need root and
+# e2fsprogs; the tests that use them are skipped elsewhere.
+CAN_MOUNT = os.geteuid() == 0 and bool(shutil.which("mkfs.ext4") and shutil.which("e2fsck"))
+
+
+def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True)
+
+
+@contextlib.contextmanager
+def loop_filesystem(image: Path, mount: Path, size: str = "300M") -> Iterator[None]:
+    """An ext4 filesystem of ``size`` in the file ``image``, mounted at ``mount``."""
+    run("truncate", "-s", size, image)
+    assert run("mkfs.ext4", "-q", "-F", image).returncode == 0
+    mount.mkdir()
+    mounted = run("mount", "-o", "loop", image, mount)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a loop filesystem here: {mounted.stderr.strip()}")
+    try:
+        yield
+    finally:
+        run("umount", "-l", mount)

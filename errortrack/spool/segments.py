@@ -25,6 +25,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import math
 import os
 import queue
 import re
@@ -98,10 +99,33 @@ def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
         future.set_exception(error)
 
 
+# The free-space floor is at most this share of the filesystem (a small disk keeps room).
+FLOOR_SHARE = 0.05
+# How often the syncer thread looks at the free space (one statvfs, off the loops).
+FREE_CHECK_SECONDS = 0.5
+
+
 class Spool:
-    def __init__(self, root: Path, *, max_bytes: int, batch_rows: int, retry_after: int = 5):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_bytes: int,
+        batch_rows: int,
+        retry_after: int = 5,
+        min_free_bytes: int = 0,
+    ):
         self.root = root
         self.max_bytes = max_bytes
+        # Ingest stops (503) while the spool's filesystem has less free space than this
+        # (at most FLOOR_SHARE of it): on a disk filled to the last byte nothing could
+        # free space again. ClickHouse needs room to drop a partition (1 MiB for the
+        # empty part that replaces it) and SQLite to write its -wal, so retention, the
+        # cleanup API and a restart all failed (disk review).
+        self.min_free_bytes = min_free_bytes
+        self.free_bytes: int | None = None  # at the last look, None before the first
+        self._floor = 0
+        self._free_checked = -math.inf
         self.batch_rows = batch_rows
         self.retry_after = retry_after
         self.dir: Path | None = None
@@ -218,12 +242,16 @@ class Spool:
         once the record is durable. Raises Unavailable at once when over the size cap;
         the future fails with Unavailable if the write fails."""
         size = records.size(tables)  # encoded (and checksummed) by the syncer thread
+        # One statvfs at most every FREE_CHECK_SECONDS: the loop's only syscall here.
+        self.look_at_free_space()
         waiter = _Waiter(asyncio.get_running_loop())
         with self._queue_lock:
             # Counters read without the spool's lock: the cap is a bound on disk use, and
             # queued bytes count, so it cannot be overrun by more than one request.
             if self._bytes + self._queued_in - self._queued_out >= self.max_bytes:
                 raise self._full()
+            if self._disk_low:
+                raise self._no_room()
             self._queued_in += size
         self._syncer_queue().put((tables, size, rows, waiter))
         return waiter.future
@@ -300,6 +328,32 @@ class Spool:
             seg = self._current
             if seg is not None and seg.rows >= self.batch_rows:
                 self._seal_locked()
+
+    @property
+    def _disk_low(self) -> bool:
+        free = self.free_bytes
+        return free is not None and free < self._floor
+
+    def look_at_free_space(self) -> None:
+        """Read the spool's free space (statvfs), at most every FREE_CHECK_SECONDS: ~2 us,
+        so a loop may call it per request."""
+        now = time.monotonic()
+        if not self.min_free_bytes or now - self._free_checked < FREE_CHECK_SECONDS:
+            return
+        self._free_checked = now
+        try:
+            fs = os.statvfs(self.dir or self.root)
+        except OSError:
+            return  # the writes themselves will say what is wrong
+        self._floor = min(self.min_free_bytes, int(fs.f_blocks * fs.f_frsize * FLOOR_SHARE))
+        self.free_bytes = fs.f_bavail * fs.f_frsize
+
+    def _no_room(self) -> Unavailable:
+        return Unavailable(
+            f"the data disk is nearly full ({self.free_bytes} bytes free, the floor is "
+            f"{self._floor}: ERRORTRACK_MIN_FREE_BYTES); retry later",
+            retry_after=self.retry_after,
+        )
 
     def _full(self) -> Unavailable:
         return Unavailable(

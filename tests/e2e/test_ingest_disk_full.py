@@ -11,6 +11,7 @@ cannot be written: the insert fails and is retried until the space is back).
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import time
 import httpx
 import pytest
 
+from errortrack.spool.segments import FREE_CHECK_SECONDS
 from tests.ingest_support import (
     create_project_in,
     log_envelope,
@@ -26,7 +28,7 @@ from tests.ingest_support import (
     sentry_auth,
     wait_spool_empty,
 )
-from tests.support import Server, scratch_database, server_env
+from tests.support import CAN_MOUNT, Server, loop_filesystem, run, scratch_database, server_env
 
 pytestmark = pytest.mark.e2e
 
@@ -155,3 +157,39 @@ def test_the_engines_insert_files_live_beside_its_data(tmp_path):
     for _, path, exists in opened:
         assert path.startswith(f"{data}/tmp/"), path
         assert exists == "False", path  # removed after the insert
+
+
+@pytest.mark.skipif(not CAN_MOUNT, reason="fills a loop-mounted ext4: needs root")
+def test_ingest_leaves_the_last_of_the_disk_free(tmp_path):
+    """A disk filled to the last byte could not be freed by errortrack: ClickHouse needs
+    1 MiB to drop a partition (retention, the cap, the cleanup API) and SQLite room for
+    its -wal to start. Ingest now stops at a floor (ERRORTRACK_MIN_FREE_BYTES, at most 5 %
+    of the filesystem) and goes on once there is room again."""
+    image, mount = tmp_path / "disk.img", tmp_path / "mnt"
+    with loop_filesystem(image, mount, "200M"), scratch_database(tmp_path) as url:
+        env = server_env(mount, url, ERRORTRACK_MIN_FREE_BYTES=str(8 * 2**20))
+        server = Server(env).start()
+        try:
+            pid, key = create_project_in(url)
+            with httpx.Client(timeout=10) as client:
+                assert _send(client, server.url, pid, key, "roomy")[0] == 200
+                fs = os.statvfs(mount)
+                left = 4 * 2**20
+                filler = mount / "filler"
+                run("fallocate", "-l", str(fs.f_bavail * fs.f_frsize - left), filler)
+                time.sleep(FREE_CHECK_SECONDS + 0.1)
+                resp = client.post(
+                    f"{server.url}/api/{pid}/envelope/",
+                    content=log_envelope([{"timestamp": time.time(), "body": "x"}]),
+                    headers=sentry_auth(key),
+                )
+                assert resp.status_code == 503, resp.text
+                assert "nearly full" in resp.json()["error"]["message"]
+                assert resp.headers["Retry-After"]
+                # The rest of the server goes on with the room the floor kept.
+                assert client.get(f"{server.url}/readyz").status_code == 200
+                filler.unlink()
+                time.sleep(FREE_CHECK_SECONDS + 0.1)
+                assert _send(client, server.url, pid, key, "room again")[0] == 200
+        finally:
+            server.stop()

@@ -14,23 +14,27 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 import struct
-import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import orjson
 import pytest
 
-from tests.support import Server, errortrack, scratch_database, server_env
+from tests.support import (
+    CAN_MOUNT,
+    Server,
+    errortrack,
+    loop_filesystem,
+    run,
+    scratch_database,
+    server_env,
+)
 
 pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not (shutil.which("mkfs.ext4") and shutil.which("e2fsck")),
-    reason="a power cut is simulated on a loop-mounted ext4: needs root and e2fsprogs",
+    not CAN_MOUNT, reason="a power cut is simulated on a loop-mounted ext4: needs root"
 )
 
 FS_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32)
@@ -38,28 +42,10 @@ NOLOGFLUSH = 2
 LOGS_PER_ENVELOPE = 10
 
 
-def _run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True)
-
-
-@contextlib.contextmanager
-def _loop_filesystem(image: Path, mount: Path) -> Iterator[None]:
-    _run("truncate", "-s", "300M", image)
-    assert _run("mkfs.ext4", "-q", "-F", image).returncode == 0
-    mount.mkdir()
-    mounted = _run("mount", "-o", "loop", image, mount)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a loop filesystem here: {mounted.stderr.strip()}")
-    try:
-        yield
-    finally:
-        _run("umount", "-l", mount)
-
-
 def _unmount(mount: Path) -> bool:
     """The killed server's processes let go of the filesystem a moment after they die."""
     for _ in range(40):
-        if _run("umount", mount).returncode == 0:
+        if run("umount", mount).returncode == 0:
             return True
         time.sleep(0.25)
     return False
@@ -121,7 +107,7 @@ def _envelope(seq: int) -> tuple[str, bytes]:
 
 def test_acknowledged_rows_survive_a_power_cut(tmp_path):
     image, mount = tmp_path / "disk.img", tmp_path / "mnt"
-    with _loop_filesystem(image, mount), scratch_database(tmp_path) as url:
+    with loop_filesystem(image, mount), scratch_database(tmp_path) as url:
         # The data dir is the filesystem itself: the server's log (beside the data dir,
         # held open by this process) stays off it, or it could not be unmounted.
         env = server_env(mount, url, ERRORTRACK_BOOTSTRAP_PASSWORD="primary password")
@@ -156,8 +142,8 @@ def test_acknowledged_rows_survive_a_power_cut(tmp_path):
             server.kill()
         # The "reboot": the journal is replayed and the filesystem checked.
         assert _unmount(mount), _holders(mount)
-        _run("e2fsck", "-fy", image)
-        assert _run("mount", "-o", "loop", image, mount).returncode == 0
+        run("e2fsck", "-fy", image)
+        assert run("mount", "-o", "loop", image, mount).returncode == 0
         server = Server(env, threads=2).start()
         try:
             path = f"{server.url}/api/projects/{project['id']}"
