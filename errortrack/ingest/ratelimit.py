@@ -39,6 +39,10 @@ CATEGORIES = {
 }
 
 
+# Buckets kept before the full ones are dropped (``RateLimiter._prune``).
+PRUNE_AT = 10_000
+
+
 class RateLimiter:
     def __init__(self, per_second: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.per_second = float(per_second)
@@ -46,6 +50,7 @@ class RateLimiter:
         self._lock = threading.Lock()
         # (project id, category) -> (tokens, last refill time)
         self._buckets: dict[tuple[int, str], tuple[float, float]] = {}
+        self._prune_at = PRUNE_AT
 
     def take(self, project_id: int, items: Mapping[str, int]) -> dict[str, int]:
         """Charge ``items`` (category -> count) for every category not in debt; return the
@@ -66,7 +71,20 @@ class RateLimiter:
             for category, count in wanted.items():
                 paid = 0 if category in waits else count
                 self._buckets[(project_id, category)] = (tokens[category] - paid, now)
+            if len(self._buckets) > self._prune_at:
+                self._prune(now)
         return waits
+
+    def _prune(self, now: float) -> None:
+        """Drop the buckets refilled to the full second: one is the same as no entry. Each
+        project and category ever charged kept one, deleted projects' too (soak review)."""
+        self._buckets = {
+            key: (tokens, last)
+            for key, (tokens, last) in self._buckets.items()
+            if tokens + (now - last) * self.per_second < self.per_second
+        }
+        # Only the buckets in use are left; look again once as many more have come.
+        self._prune_at = max(PRUNE_AT, 2 * len(self._buckets))
 
     def refused(self, project_id: int, waits: Mapping[str, int]) -> RateLimited:
         """The 429 for a request all of whose items are in categories over the limit."""

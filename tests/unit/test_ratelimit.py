@@ -84,3 +84,23 @@ def test_a_refund_gives_back_what_a_refused_request_took():
     limiter.refund(1, {LOGS: 100})  # never more than a full bucket
     assert limiter.take(1, {LOGS: 11}) == {}
     assert limiter.take(1, {LOGS: 1}) == {LOGS: 1}
+
+
+def test_buckets_of_projects_no_longer_sending_are_let_go(monkeypatch):
+    """Each project and category ever charged kept a bucket, deleted projects' too (soak
+    review): past PRUNE_AT, buckets refilled to the full second (the same as none) go,
+    and a project in debt keeps its debt."""
+    from errortrack.ingest import ratelimit
+
+    monkeypatch.setattr(ratelimit, "PRUNE_AT", 100)
+    now = [0.0]
+    limiter = RateLimiter(10, clock=lambda: now[0])
+    assert limiter.take(1, {"log_item": 50}) == {}  # in debt for 4 s
+    now[0] = 1.0
+    for project in range(2, 101):
+        limiter.take(project, {"error": 1})
+    assert len(limiter._buckets) == 100
+    now[0] = 2.0  # the others are full again; project 1 is still in debt
+    limiter.take(500, {"error": 1})
+    assert set(limiter._buckets) == {(1, "log_item"), (500, "error")}
+    assert limiter.take(1, {"log_item": 1}) == {"log_item": 2}  # 20 of its 40 left
