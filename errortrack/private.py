@@ -46,6 +46,7 @@ def make_data_dir(path: Path) -> None:
             exc.strerror or exc,
         )
         return
-    log.warning(
+    # INFO: done, nothing for the operator to do (the CLI's one-line errors stay one line).
+    log.info(
         "data dir %s was open to every local user (mode %o); now %o", path, mode, mode & ~0o007
     )

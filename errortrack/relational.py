@@ -92,6 +92,11 @@ def migration_lock(url: str, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
         # may only read is opened read-only (it was "Permission denied", and `serve`
         # did not start).
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        # Readable by all whatever the umask (the CLI's is 077): root's `token create`
+        # left it 0600 and the server's user could not open it, so `serve` did not start
+        # (diff review). It holds nothing; flock only needs it open.
+        with contextlib.suppress(OSError):  # not ours to change: someone else made it
+            os.fchmod(fd, 0o644)
     except PermissionError:
         try:
             fd = os.open(path, os.O_RDONLY)
