@@ -199,6 +199,9 @@ class Readyz:
                 # Ingest answers 503 while the spool cannot write (a full or read-only
                 # disk): /readyz said nothing of it (disk review).
                 "write_failures": spool.write_failures,
+                # Below the floor every ingest request is a 503 before any write is tried.
+                "free_bytes": spool.free_bytes,
+                "disk_low": spool.disk_low,
             }
         return body
 

@@ -174,6 +174,7 @@ class Spool:
             ownership.fsync_dir(self.root)
             ownership.remove_stale_staging(self.root)
             self._adopt_orphans()
+        self.look_at_free_space()  # before the first request: a disk already too full
 
     def close(self) -> None:
         """Seal what is written and release the directory (its segments stay for replay)."""
@@ -242,15 +243,13 @@ class Spool:
         once the record is durable. Raises Unavailable at once when over the size cap;
         the future fails with Unavailable if the write fails."""
         size = records.size(tables)  # encoded (and checksummed) by the syncer thread
-        # One statvfs at most every FREE_CHECK_SECONDS: the loop's only syscall here.
-        self.look_at_free_space()
         waiter = _Waiter(asyncio.get_running_loop())
         with self._queue_lock:
             # Counters read without the spool's lock: the cap is a bound on disk use, and
             # queued bytes count, so it cannot be overrun by more than one request.
             if self._bytes + self._queued_in - self._queued_out >= self.max_bytes:
                 raise self._full()
-            if self._disk_low:
+            if self.disk_low:
                 raise self._no_room()
             self._queued_in += size
         self._syncer_queue().put((tables, size, rows, waiter))
@@ -278,7 +277,14 @@ class Spool:
         its sync nothing written is left waiting (a seal syncs what it closes itself)."""
         stop = False
         while not stop:
-            jobs = [work.get()]
+            while True:
+                try:
+                    first = work.get(timeout=FREE_CHECK_SECONDS)
+                    break
+                except queue.Empty:
+                    # Also while the floor refuses every request: they never get here.
+                    self.look_at_free_space()
+            jobs = [first]
             while True:  # everything queued meanwhile shares this round's sync
                 try:
                     jobs.append(work.get_nowait())
@@ -287,6 +293,7 @@ class Spool:
             writes = [job for job in jobs if job is not None]
             stop = len(writes) < len(jobs)
             failed = self._write_queued(writes)
+            self.look_at_free_space()
             with self._cond:
                 # A seal by the writer thread may have synced them meanwhile, or be
                 # waiting to: its own sync covers them, so let it go first.
@@ -330,13 +337,14 @@ class Spool:
                 self._seal_locked()
 
     @property
-    def _disk_low(self) -> bool:
+    def disk_low(self) -> bool:
+        """True while the spool's filesystem is below its free-space floor."""
         free = self.free_bytes
         return free is not None and free < self._floor
 
     def look_at_free_space(self) -> None:
-        """Read the spool's free space (statvfs), at most every FREE_CHECK_SECONDS: ~2 us,
-        so a loop may call it per request."""
+        """Read the spool's free space (statvfs), at most every FREE_CHECK_SECONDS. Off the
+        loops (the syncer thread, ``open``): a hung network filesystem must not hold them."""
         now = time.monotonic()
         if not self.min_free_bytes or now - self._free_checked < FREE_CHECK_SECONDS:
             return
@@ -345,14 +353,25 @@ class Spool:
             fs = os.statvfs(self.dir or self.root)
         except OSError:
             return  # the writes themselves will say what is wrong
+        was_low = self.disk_low
         self._floor = min(self.min_free_bytes, int(fs.f_blocks * fs.f_frsize * FLOOR_SHARE))
         self.free_bytes = fs.f_bavail * fs.f_frsize
+        if self.disk_low != was_low:
+            say = log.warning if self.disk_low else log.info
+            say(
+                "spool: %s (%d bytes free on %s, floor %d: ERRORTRACK_MIN_FREE_BYTES)",
+                "ingest refused: the disk is below its free-space floor"
+                if self.disk_low
+                else "ingest resumed: the disk is above its free-space floor",
+                self.free_bytes,
+                self.root,
+                self._floor,
+            )
 
     def _no_room(self) -> Unavailable:
+        # The numbers go to the log and /readyz; SDKs (anyone with a DSN) get the reason.
         return Unavailable(
-            f"the data disk is nearly full ({self.free_bytes} bytes free, the floor is "
-            f"{self._floor}: ERRORTRACK_MIN_FREE_BYTES); retry later",
-            retry_after=self.retry_after,
+            "the server's disk is nearly full; retry later", retry_after=self.retry_after
         )
 
     def _full(self) -> Unavailable:

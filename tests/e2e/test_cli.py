@@ -113,7 +113,10 @@ def test_serve_on_embedded_default_and_a_second_serve_fails_cleanly(tmp_path):
                 "max_bytes": 1 << 30,
                 "insert_failures": 0,
                 "write_failures": 0,
+                "free_bytes": spool["free_bytes"],
+                "disk_low": False,
             }
+            assert spool["free_bytes"] > 0
             assert body == {
                 "status": "ok",
                 "relational": "ok",

@@ -186,10 +186,15 @@ def test_ingest_leaves_the_last_of_the_disk_free(tmp_path):
                 assert resp.status_code == 503, resp.text
                 assert "nearly full" in resp.json()["error"]["message"]
                 assert resp.headers["Retry-After"]
-                # The rest of the server goes on with the room the floor kept.
-                assert client.get(f"{server.url}/readyz").status_code == 200
+                # The rest of the server goes on with the room the floor kept, and /readyz
+                # and the log say why ingest is refused.
+                ready = client.get(f"{server.url}/readyz")
+                assert ready.status_code == 200 and ready.json()["spool"]["disk_low"] is True
+                assert ready.json()["spool"]["free_bytes"] < 8 * 2**20
+                assert "ingest refused: the disk is below its free-space floor" in server.log()
                 filler.unlink()
                 time.sleep(FREE_CHECK_SECONDS + 0.1)
                 assert _send(client, server.url, pid, key, "room again")[0] == 200
+                assert client.get(f"{server.url}/readyz").json()["spool"]["disk_low"] is False
         finally:
             server.stop()
