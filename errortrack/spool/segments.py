@@ -243,6 +243,9 @@ class Spool:
         once the record is durable. Raises Unavailable at once when over the size cap;
         the future fails with Unavailable if the write fails."""
         size = records.size(tables)  # encoded (and checksummed) by the syncer thread
+        # Started first: it also looks at the free space, so that a disk found too full
+        # at ``open`` is seen to have room again though every request is refused.
+        work = self._syncer_queue()
         waiter = _Waiter(asyncio.get_running_loop())
         with self._queue_lock:
             # Counters read without the spool's lock: the cap is a bound on disk use, and
@@ -252,7 +255,7 @@ class Spool:
             if self.disk_low:
                 raise self._no_room()
             self._queued_in += size
-        self._syncer_queue().put((tables, size, rows, waiter))
+        work.put((tables, size, rows, waiter))
         return waiter.future
 
     def _syncer_queue(self) -> queue.SimpleQueue[_Job]:

@@ -159,6 +159,11 @@ def test_the_engines_insert_files_live_beside_its_data(tmp_path):
         assert exists == "False", path  # removed after the insert
 
 
+def _post(client: httpx.Client, url: str, pid: int, key: str) -> httpx.Response:
+    body = log_envelope([{"timestamp": time.time(), "body": "x"}])
+    return client.post(f"{url}/api/{pid}/envelope/", content=body, headers=sentry_auth(key))
+
+
 @pytest.mark.skipif(not CAN_MOUNT, reason="fills a loop-mounted ext4: needs root")
 def test_ingest_leaves_the_last_of_the_disk_free(tmp_path):
     """A disk filled to the last byte could not be freed by errortrack: ClickHouse needs
@@ -178,11 +183,7 @@ def test_ingest_leaves_the_last_of_the_disk_free(tmp_path):
                 filler = mount / "filler"
                 run("fallocate", "-l", str(fs.f_bavail * fs.f_frsize - left), filler)
                 time.sleep(FREE_CHECK_SECONDS + 0.1)
-                resp = client.post(
-                    f"{server.url}/api/{pid}/envelope/",
-                    content=log_envelope([{"timestamp": time.time(), "body": "x"}]),
-                    headers=sentry_auth(key),
-                )
+                resp = _post(client, server.url, pid, key)
                 assert resp.status_code == 503, resp.text
                 assert "nearly full" in resp.json()["error"]["message"]
                 assert resp.headers["Retry-After"]
@@ -196,5 +197,16 @@ def test_ingest_leaves_the_last_of_the_disk_free(tmp_path):
                 time.sleep(FREE_CHECK_SECONDS + 0.1)
                 assert _send(client, server.url, pid, key, "room again")[0] == 200
                 assert client.get(f"{server.url}/readyz").json()["spool"]["disk_low"] is False
+            server.stop()
+            # Too full already at start: refused from the first request, and taken again
+            # once there is room, though no request got as far as the spool meanwhile.
+            fs = os.statvfs(mount)
+            run("fallocate", "-l", str(fs.f_bavail * fs.f_frsize - left), filler)
+            server = Server(env).start()
+            with httpx.Client(timeout=10) as client:
+                assert _post(client, server.url, pid, key).status_code == 503
+                filler.unlink()
+                time.sleep(FREE_CHECK_SECONDS * 2 + 0.1)
+                assert _send(client, server.url, pid, key, "after start")[0] == 200
         finally:
             server.stop()
