@@ -167,7 +167,7 @@ ROWS: list[Row] = [
     Row("GET /api/me", "401 401 200 200 200 200 200 200", lambda w, c: ("GET", "/api/me", None)),
     Row(
         "POST /api/me/password",
-        "401 401 204 204 204 204 204 204",
+        "401 401 200 200 200 200 200 200",
         lambda w, c: (
             "POST",
             "/api/me/password",

@@ -15,6 +15,7 @@ from errortrack.api.schemas.access import (
     InvitationPublicOut,
     LoginIn,
     MeOut,
+    PasswordChangedOut,
     PasswordChangeIn,
     SessionOut,
 )
@@ -118,9 +119,10 @@ class MyPassword:
         self._throttle = throttle
 
     @api_doc(
-        "Change the caller's password; ends the caller's other login sessions",
+        "Change the caller's password; ends every login session of the caller's (a "
+        "cookie caller gets a new one)",
         request=PasswordChangeIn,
-        status=204,
+        response=PasswordChangedOut,
         tags=("auth",),
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -135,11 +137,16 @@ class MyPassword:
             user,
             current=body["current_password"],
             new=body["new_password"],
-            keep_session=current.id if current else None,
             ip=client_address(req, self._state.settings.trusted_proxies),
             throttle=self._throttle,
         )
-        resp.status = falcon.HTTP_204
+        if current is None:  # a token: it stays, and no session was the caller's
+            resp.media = PasswordChangedOut().dump({"csrf_token": None})
+            return
+        new = sessions.start_session(db, user_id=user.id, now=self._state.clock())
+        db.commit()  # before the cookie, as at login
+        set_session_cookie(resp, new.secret, secure=secure_cookies(self._state))
+        resp.media = PasswordChangedOut().dump({"csrf_token": new.login.csrf_token})
 
 
 class Register:

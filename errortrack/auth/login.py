@@ -59,16 +59,17 @@ def change_password(
     *,
     current: str,
     new: str,
-    keep_session: int | None,
     ip: str,
     throttle: LoginThrottle,
 ) -> None:
     """Set ``user``'s password to ``new`` once ``current`` is theirs, and end every login
-    session of theirs but ``keep_session`` (the caller's own), as Django does: before
-    this, a password or a 14-day cookie that had leaked could only be stopped by
-    deleting the user (review, twenty-fifth session). API tokens stay; each is revoked
-    on its own. Wrong guesses count towards the login lockout of the user's email, so
-    a stolen session or token cannot try passwords faster than a login could."""
+    session of theirs, the caller's own included (the caller starts a new one: a cookie
+    that had leaked from the caller's own browser must end too; Django cycles the
+    session's key likewise). Before this, a password or a 14-day cookie that had leaked
+    could only be stopped by deleting the user (review, twenty-fifth session). API
+    tokens stay; each is revoked on its own. Wrong guesses count towards the login
+    lockout of the user's email, so a stolen session or token cannot try passwords
+    faster than a login could."""
     if len(new) < MIN_LENGTH:
         raise ValidationError(
             f"password must be at least {MIN_LENGTH} characters", field="new_password"
@@ -85,7 +86,4 @@ def change_password(
         throttle.failed(user.email, ip)
         raise Forbidden("the current password is wrong")
     throttle.succeeded(user.email, ip)
-    others = sa.delete(LoginSession).where(LoginSession.user_id == user.id)
-    if keep_session is not None:
-        others = others.where(LoginSession.id != keep_session)
-    session.execute(others)
+    session.execute(sa.delete(LoginSession).where(LoginSession.user_id == user.id))

@@ -315,17 +315,22 @@ def _change(world, cookie, csrf, current, new):
     )
 
 
-def test_a_password_change_ends_the_user_s_other_sessions(world):
+def test_a_password_change_ends_every_session_of_the_user(world):
     """A leaked password or cookie could only be stopped by deleting the user (review,
-    twenty-fifth session). A change ends every other session of the user, as Django's
-    does; the caller's own session and the user's API tokens stay."""
+    twenty-fifth session). A change ends every session of the user, the caller's own
+    too, which is replaced by a new one (a cookie leaked from the caller's own browser
+    must end as well: diff review); the user's API tokens stay."""
     mine, csrf = _session(world)
     other, _ = _session(world)
     someone_else, _ = _session(world, "editor@example.com")
-    assert _change(world, mine, csrf, PASSWORD, "a new passphrase").status_code == 204
-    me = {"cookies": {COOKIE: mine}}
-    assert world.client.simulate_get("/api/me", **me).status_code == 200
-    assert world.client.simulate_get("/api/me", cookies={COOKIE: other}).status_code == 401
+    changed = _change(world, mine, csrf, PASSWORD, "a new passphrase")
+    assert changed.status_code == 200, changed.text
+    new_cookie, new_csrf = changed.cookies[COOKIE].value, changed.json["csrf_token"]
+    assert new_cookie != mine and new_csrf != csrf
+    for old in (mine, other):
+        assert world.client.simulate_get("/api/me", cookies={COOKIE: old}).status_code == 401
+    me = world.client.simulate_get("/api/me", cookies={COOKIE: new_cookie})
+    assert me.status_code == 200 and me.json["csrf_token"] == new_csrf
     elsewhere = world.client.simulate_get("/api/me", cookies={COOKIE: someone_else})
     assert elsewhere.status_code == 200
     assert world.call("viewer", "GET", "/api/me").status_code == 200  # its API token
@@ -335,9 +340,19 @@ def test_a_password_change_ends_the_user_s_other_sessions(world):
     resp = world.client.simulate_post(
         "/api/me/password",
         json={"current_password": "a new passphrase", "new_password": PASSWORD},
-        **me,
+        cookies={COOKIE: new_cookie},
     )
     assert resp.status_code == 403 and _login(world.client).status_code == 401
+    # With a token: no session to replace, no cookie.
+    by_token = world.call(
+        "viewer",
+        "POST",
+        "/api/me/password",
+        {"current_password": "a new passphrase", "new_password": PASSWORD},
+    )
+    assert by_token.status_code == 200 and by_token.json == {"csrf_token": None}
+    assert COOKIE not in by_token.cookies
+    assert world.client.simulate_get("/api/me", cookies={COOKIE: new_cookie}).status_code == 401
 
 
 def test_a_password_change_needs_the_current_password_and_counts_guesses(world):

@@ -130,6 +130,17 @@ class PasswordChangeIn(Schema):
     )
 
 
+class PasswordChangedOut(Schema):
+    csrf_token = fields.Str(
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": "The caller's new session's CSRF token (its cookie is set "
+            "alongside); null with a token"
+        },
+    )
+
+
 class ProjectIn(Schema):
     name = fields.Str(required=True, metadata=_named)
 
