@@ -224,3 +224,10 @@ def loop_filesystem(image: Path, mount: Path, size: str = "300M") -> Iterator[No
         yield
     finally:
         run("umount", "-l", mount)
+
+
+# For tests whose subject is not the relational store (the spool, ClickHouse, the disk):
+# run once, in the SQLite run, not again in the PostgreSQL one (CI's 20 minutes).
+once = pytest.mark.skipif(
+    bool(TEST_PG), reason="not about the relational store: runs in the SQLite run only"
+)

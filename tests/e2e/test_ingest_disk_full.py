@@ -28,7 +28,15 @@ from tests.ingest_support import (
     sentry_auth,
     wait_spool_empty,
 )
-from tests.support import CAN_MOUNT, Server, loop_filesystem, run, scratch_database, server_env
+from tests.support import (
+    CAN_MOUNT,
+    Server,
+    loop_filesystem,
+    once,
+    run,
+    scratch_database,
+    server_env,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -165,6 +173,7 @@ def _post(client: httpx.Client, url: str, pid: int, key: str) -> httpx.Response:
 
 
 @pytest.mark.skipif(not CAN_MOUNT, reason="fills a loop-mounted ext4: needs root")
+@once
 def test_ingest_leaves_the_last_of_the_disk_free(tmp_path):
     """A disk filled to the last byte could not be freed by errortrack: ClickHouse needs
     1 MiB to drop a partition (retention, the cap, the cleanup API) and SQLite room for

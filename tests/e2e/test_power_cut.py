@@ -28,14 +28,18 @@ from tests.support import (
     Server,
     errortrack,
     loop_filesystem,
+    once,
     run,
     scratch_database,
     server_env,
 )
 
-pytestmark = pytest.mark.skipif(
-    not CAN_MOUNT, reason="a power cut is simulated on a loop-mounted ext4: needs root"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not CAN_MOUNT, reason="a power cut is simulated on a loop-mounted ext4: needs root"
+    ),
+    once,
+]
 
 FS_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32)
 NOLOGFLUSH = 2
@@ -125,7 +129,7 @@ def test_acknowledged_rows_survive_a_power_cut(tmp_path):
             os.sync()  # the set-up itself is on disk
             acknowledged: list[str] = []
             with httpx.Client(headers={"X-Sentry-Auth": f"Sentry sentry_key={key}"}) as sdk:
-                deadline = time.monotonic() + 8
+                deadline = time.monotonic() + 5
                 seq = 0
                 while time.monotonic() < deadline:
                     event_id, body = _envelope(seq)
@@ -136,7 +140,7 @@ def test_acknowledged_rows_survive_a_power_cut(tmp_path):
                     time.sleep(0.02)
             # The writer inserts within a second and then deletes the spool's segments:
             # from then on ClickHouse's parts are the only copy.
-            time.sleep(2)
+            time.sleep(1.5)
             _power_cut(mount)
         finally:
             server.kill()

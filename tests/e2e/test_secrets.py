@@ -16,10 +16,12 @@ import pytest
 
 from errortrack.auth import passwords
 from errortrack.config import Settings, SettingsError
+from tests.access_world import PASSWORD, build_world
 from tests.ingest_support import log_envelope
-from tests.support import errortrack, served_with_token, server_env
+from tests.support import errortrack, once, served_with_token, server_env
 
 
+@once  # about files: the SQLite run covers it
 def test_the_data_dir_is_for_errortrack_s_user_alone(tmp_path):
     """With the usual umask 022 every file was 0644 and every directory 0755: any local
     user read a pending admin invitation's token from the SQLite file and accepted it,
@@ -61,27 +63,24 @@ def test_the_data_dir_is_for_errortrack_s_user_alone(tmp_path):
     assert stat.S_IMODE(data.stat().st_mode) == 0o750
 
 
-def test_answers_carrying_credentials_are_not_kept_by_caches(tmp_path):
-    with served_with_token(tmp_path) as (server, token):
-        bearer = {"Authorization": f"Bearer {token}"}
-        for resp in [
-            httpx.post(f"{server.url}/api/tokens", json={"description": "ci"}, headers=bearer),
-            httpx.get(f"{server.url}/api/invitations", headers=bearer),
-            httpx.get(f"{server.url}/api/me", headers=bearer),
-            httpx.post(
-                f"{server.url}/auth/login",
-                json={"email": "root@example.com", "password": "primary password"},
-            ),
-            httpx.get(f"{server.url}/api/nowhere", headers=bearer),
-        ]:
-            assert resp.status_code in (200, 201, 404), resp.text
-            assert resp.headers["Cache-Control"] == "no-store", resp.request.url
-            assert resp.headers["X-Content-Type-Options"] == "nosniff"
-            assert resp.headers["X-Frame-Options"] == "DENY"
-            assert resp.headers["Referrer-Policy"] == "no-referrer"
-        # Probes may be cached by whatever sits in front; they still are not framed.
-        health = httpx.get(f"{server.url}/healthz")
-        assert "no-store" not in health.headers.get("Cache-Control", "")
+def test_answers_carrying_credentials_are_not_kept_by_caches(state, client):
+    world = build_world(state, client)
+    login = {"email": "viewer@example.com", "password": PASSWORD}
+    for resp in [
+        world.call("viewer", "POST", "/api/tokens", {"description": "ci"}),
+        world.call("admin", "GET", "/api/invitations"),
+        world.call("viewer", "GET", "/api/me"),
+        client.simulate_post("/auth/login", json=login),
+        world.call("viewer", "GET", "/api/nowhere"),
+    ]:
+        assert resp.status_code in (200, 201, 404), resp.text
+        assert resp.headers["Cache-Control"] == "no-store"
+        assert resp.headers["X-Content-Type-Options"] == "nosniff"
+        assert resp.headers["X-Frame-Options"] == "DENY"
+        assert resp.headers["Referrer-Policy"] == "no-referrer"
+    # Probes may be cached by whatever sits in front.
+    health = client.simulate_get("/healthz")
+    assert "no-store" not in health.headers.get("Cache-Control", "")
 
 
 def test_password_hashes_are_computed_two_at_a_time(monkeypatch):

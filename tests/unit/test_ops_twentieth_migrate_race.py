@@ -23,7 +23,7 @@ import pytest
 import sqlalchemy as sa
 
 from errortrack import relational
-from tests.support import ROOT, errortrack
+from tests.support import ROOT, errortrack, once
 
 PROCESSES = 4
 ROUNDS = 3
@@ -56,6 +56,7 @@ def _head() -> str:
     return head
 
 
+@once
 def test_simultaneous_bootstraps_on_a_fresh_sqlite_data_dir(tmp_path):
     head = _head()
     for round_ in range(ROUNDS):
