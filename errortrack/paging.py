@@ -78,16 +78,14 @@ def budgeted(
     order: str,
     *,
     keep: int = 1,
-    budget: int | None = None,
 ) -> str:
     """``select`` (``SELECT {columns}[, more] FROM ...``) with one more column, last: true
     for each row after the first ``keep`` once it and the rows before it in ``order``
-    hold more than ``budget`` bytes (``PAGE_BYTES``) of the ``heavy`` columns. Those rows
+    hold more than ``PAGE_BYTES`` of the ``heavy`` columns. Those rows
     come with the heavy columns empty, so that they cost nothing here: the caller ends
     its page before the first of them (``within_budget``), with a cursor after the last
     row it keeps. ``order`` must be the order the caller's page ends up in, ties broken
     the same way. Computed in ClickHouse over the page alone, after its LIMIT."""
-    limit = PAGE_BYTES if budget is None else budget
     extra = select.removeprefix(f"SELECT {columns}").split(" FROM ", 1)[0]
     blanked = ", ".join(f"if(_over, '', {c})" if c in heavy else c for c in columns.split(", "))
     size = " + ".join(f"length({c})" for c in heavy)
@@ -95,7 +93,7 @@ def budgeted(
         f"SELECT {blanked}{extra}, _over FROM (SELECT *, "
         f"row_number() OVER (ORDER BY {order}) > {int(keep)} AND "
         f"sum({size}) OVER (ORDER BY {order} "
-        f"ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) > {int(limit)} AS _over "
+        f"ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) > {int(PAGE_BYTES)} AS _over "
         f"FROM ({select})) ORDER BY {order}"
     )
 

@@ -86,7 +86,6 @@ def list_logs(
     *,
     cursor: Cursor | None = None,
     count_cap: int = COUNT_CAP,
-    budget: int | None = None,
 ) -> dict[str, Any]:
     """One page of a project's logs, newest first unless ``f.sort`` says otherwise; with
     ``cursor``, the ``page.per_page`` logs after it instead of a numbered page.
@@ -105,12 +104,12 @@ def list_logs(
     if cursor is not None:
         after, after_params = _after(cursor)
         found = _page(
-            store, f"{where} AND {after}", {**params, **after_params}, f, page.per_page, 0, budget
+            store, f"{where} AND {after}", {**params, **after_params}, f, page.per_page, 0
         )
         total, exact = _count(store, where, params, f, page, count_cap)
         return _body(found, f, page, total, exact, numbered=False)
     if page.offset == 0:
-        found = _page(store, where, params, f, page.per_page, 0, budget)
+        found = _page(store, where, params, f, page.per_page, 0)
         if not found.more:
             return _body(found, f, page, len(found.rows), True)
         total, exact = _count(store, where, params, f, page, count_cap)
@@ -118,8 +117,7 @@ def list_logs(
     total, exact = _count(store, where, params, f, page, count_cap)
     if exact and page.past_end(total):
         return _body(_Found([], False), f, page, total, exact)
-    found = _page(store, where, params, f, page.per_page, page.offset, budget)
-    return _body(found, f, page, total, exact)
+    return _body(_page(store, where, params, f, page.per_page, page.offset), f, page, total, exact)
 
 
 class _Found(NamedTuple):
@@ -150,10 +148,10 @@ def _body(
     return body
 
 
-def budgeted(select: str, order: str, *, keep: int = 1, budget: int | None = None) -> str:
+def budgeted(select: str, order: str, *, keep: int = 1) -> str:
     """``paging.budgeted`` for a read of ``COLUMNS``: a log's bulk is its body and
     attributes."""
-    return paging.budgeted(select, COLUMNS, _HEAVY, order, keep=keep, budget=budget)
+    return paging.budgeted(select, COLUMNS, _HEAVY, order, keep=keep)
 
 
 def _page(
@@ -163,16 +161,15 @@ def _page(
     f: LogFilter,
     limit: int,
     offset: int,
-    budget: int | None = None,
 ) -> _Found:
     if f.sort in ("-timestamp", "timestamp"):
-        return _time_page(store, where, params, f.sort, limit, offset, budget)
+        return _time_page(store, where, params, f.sort, limit, offset)
     select = (
         f"SELECT {COLUMNS} FROM logs WHERE {where} ORDER BY {ORDER_BY[f.sort]} "
         "LIMIT {limit:UInt32} OFFSET {offset:UInt64}"
     )
     rows = store.query_rows(
-        budgeted(select, ORDER_BY[f.sort], budget=budget),
+        budgeted(select, ORDER_BY[f.sort]),
         {**params, "limit": limit + 1, "offset": offset},
     )
     return _cut(rows[:limit], len(rows) > limit)
@@ -190,7 +187,6 @@ def _time_page(
     sort: str,
     limit: int,
     offset: int,
-    budget: int | None = None,
 ) -> _Found:
     """The page of ``ORDER BY timestamp, id`` without sorting every matching row.
 
@@ -208,7 +204,7 @@ def _time_page(
     # Budgeted in the page's complete order, which keeps the read's order by time; the
     # row before the page is not the page's, so the page's first row is kept too.
     rows = store.query_rows(
-        budgeted(select, ORDER_BY[sort], keep=lead + 1, budget=budget),
+        budgeted(select, ORDER_BY[sort], keep=lead + 1),
         {**params, "limit": limit + 1 + lead, "offset": offset - lead},
     )
     before, page, after = rows[:lead], rows[lead : lead + limit], rows[lead + limit :]
@@ -220,7 +216,7 @@ def _time_page(
     if edge_tied:
         times = [row[_TIMESTAMP] for row in page]
         del rows, page  # let go of the first read's logs before the second read
-        return _cut(_tied_page(store, where, params, sort, times, offset, budget), bool(after))
+        return _cut(_tied_page(store, where, params, sort, times, offset), bool(after))
     return _cut(sorted(page, key=_time_and_id, reverse=newest_first), bool(after))
 
 
@@ -238,7 +234,6 @@ def _tied_page(
     sort: str,
     times: list[Any],
     offset: int,
-    budget: int | None = None,
 ) -> list[Any]:
     """A page whose first or last timestamp is shared with rows beyond it.
 
@@ -263,7 +258,7 @@ def _tied_page(
         f"ORDER BY {ORDER_BY[sort]} LIMIT {{limit:UInt32}} OFFSET {{skip:UInt64}}"
     )
     return store.query_rows(
-        budgeted(select, ORDER_BY[sort], budget=budget),
+        budgeted(select, ORDER_BY[sort]),
         {
             **params,
             "times": [ch_time(t) for t in dict.fromkeys(times)],
@@ -328,12 +323,12 @@ def _count(
 
 
 def trace_logs(
-    store: ClickHouse, project_id: int, trace_id: str, limit: int, budget: int | None = None
+    store: ClickHouse, project_id: int, trace_id: str, limit: int
 ) -> tuple[list[Any], bool]:
     """A trace's first ``limit`` logs in the order they happened (for the trace view),
-    fewer when they hold more than ``budget`` bytes; and whether any were left out."""
+    fewer when they hold more than ``paging.PAGE_BYTES``; and whether any were left out."""
     where, params = where_clause(project_id, LogFilter(trace_id=trace_id))
-    found = _time_page(store, where, params, "timestamp", limit, 0, budget)
+    found = _time_page(store, where, params, "timestamp", limit, 0)
     return [log_item(row) for row in found.rows], found.more
 
 

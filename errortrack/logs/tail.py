@@ -91,7 +91,6 @@ def tail_logs(
     limit: int,
     *,
     cursor: TailCursor | None = None,
-    budget: int | None = None,
 ) -> dict[str, Any]:
     """``{items, next_cursor, more}``: without ``cursor`` the ``limit`` matching logs
     stored last, with it the first ``limit`` stored after it; oldest stored first either
@@ -113,8 +112,7 @@ def tail_logs(
     params = {**params, "high": high}
     if cursor is None:
         # Everything committed up to ``high`` is behind the follower now, shown or not.
-        rows = _last(store, where, params, high, limit, budget)
-        return _body(rows, TailCursor(high), more=False)
+        return _body(_last(store, where, params, high, limit), TailCursor(high), more=False)
     after = "_block_number > {c_block:UInt64}"
     if cursor.offset is not None:
         after = (
@@ -127,7 +125,7 @@ def tail_logs(
         "ORDER BY _block_number, _block_offset LIMIT {limit:UInt32}"
     )
     rows = store.query_rows(
-        budgeted(select, "_block_number, _block_offset", budget=budget),
+        budgeted(select, "_block_number, _block_offset"),
         {
             **params,
             # The parts that can hold a row after the cursor: a cursor after a whole
@@ -189,7 +187,6 @@ def _last(
     params: dict[str, Any],
     high: int,
     limit: int,
-    budget: int | None = None,
 ) -> list[Any]:
     """The ``limit`` rows stored last (up to ``high``), oldest first. Read among the last
     ``_RECENT_BLOCKS`` inserts first: when those hold ``limit`` matching rows they hold
@@ -200,7 +197,6 @@ def _last(
         f"WHERE {_PARTS} AND {where} AND _block_number BETWEEN {{low:UInt64}} AND {{high:UInt64}} "
         f"ORDER BY {newest_first} LIMIT {{limit:UInt32}}",
         newest_first,
-        budget=budget,
     )
     recent = max(high - _RECENT_BLOCKS, 0)
     rows = store.query_rows(sql, {**params, "low": recent, "limit": limit})

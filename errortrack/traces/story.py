@@ -31,12 +31,10 @@ SPAN_COLUMNS = (
 _WHERE = "project_id = {project_id:UInt64} AND trace_id = {trace_id:String}"
 
 
-def trace_story(
-    store: ClickHouse, project_id: int, trace_id: str, *, budget: int | None = None
-) -> dict[str, Any]:
+def trace_story(store: ClickHouse, project_id: int, trace_id: str) -> dict[str, Any]:
     """404 when the project holds nothing at all for this trace id. Spans and logs each
-    stop at their count or at ``budget`` bytes (``paging.PAGE_BYTES``), whichever comes
-    first, and ``truncated`` says which were cut."""
+    stop at their count or at ``paging.PAGE_BYTES``, whichever comes first, and
+    ``truncated`` says which were cut."""
     params = {"project_id": project_id, "trace_id": trace_id}
     # LIMIT 1 BY: a transaction the SDK sent again (it saw no answer to the first try) is
     # stored twice, and showed every span twice; each span id is shown once.
@@ -44,8 +42,7 @@ def trace_story(
         store.query_rows(
             _budgeted(
                 f"SELECT {SPAN_COLUMNS} FROM spans WHERE {_WHERE} "
-                f"{_ORDER} LIMIT 1 BY span_id LIMIT {{limit:UInt32}}",
-                budget,
+                f"{_ORDER} LIMIT 1 BY span_id LIMIT {{limit:UInt32}}"
             ),
             {**params, "limit": MAX_SPANS + 1},
         )
@@ -55,7 +52,7 @@ def trace_story(
         "ORDER BY timestamp, event_id LIMIT {limit:UInt32}",
         {**params, "limit": MAX_EVENTS + 1},
     )
-    logs, logs_cut = trace_logs(store, project_id, trace_id, MAX_LOGS, budget)
+    logs, logs_cut = trace_logs(store, project_id, trace_id, MAX_LOGS)
     if not (spans or events or logs):
         raise NotFound("trace not found")
     # One row past each cap says whether the list was cut: a trace of 100,000 spans came
@@ -83,7 +80,6 @@ def trace_spans(
     page: PageRequest,
     *,
     cursor: SpanCursor | None = None,
-    budget: int | None = None,
 ) -> dict[str, Any]:
     """A trace's spans as a flat list in the tree's order (start time, then span id), each
     span id once, without ``children``, paged by number or by keyset ``cursor`` (the
@@ -100,12 +96,12 @@ def trace_spans(
     order = f"{_ORDER} LIMIT 1 BY span_id"
     if cursor is not None:
         rows = store.query_rows(
-            _budgeted(f"{select} AND {_SPANS_AFTER} {order} LIMIT {{limit:UInt32}}", budget),
+            _budgeted(f"{select} AND {_SPANS_AFTER} {order} LIMIT {{limit:UInt32}}"),
             {**params, **limit, "c_start": ch_time(cursor.start), "c_id": cursor.span_id},
         )
     elif not page.past_end(total):
         rows = store.query_rows(
-            _budgeted(f"{select} {order} LIMIT {{limit:UInt32}} OFFSET {{offset:UInt64}}", budget),
+            _budgeted(f"{select} {order} LIMIT {{limit:UInt32}} OFFSET {{offset:UInt64}}"),
             {**params, **limit, "offset": page.offset},
         )
     more = len(rows) > page.per_page
@@ -125,7 +121,7 @@ def trace_spans(
 _ORDER = "ORDER BY start_timestamp, span_id"
 
 
-def _budgeted(select: str, budget: int | None) -> str:
+def _budgeted(select: str) -> str:
     """``paging.budgeted`` for a read of SPAN_COLUMNS in the tree's order: a span's bulk
     is its description and attributes (a transaction's are bounded by the 1 MiB event
     cap, a span item's are not)."""
@@ -134,7 +130,6 @@ def _budgeted(select: str, budget: int | None) -> str:
         SPAN_COLUMNS,
         ("description", "attributes"),
         _ORDER.removeprefix("ORDER BY "),
-        budget=budget,
     )
 
 

@@ -6,6 +6,7 @@ import uuid
 import orjson
 import pytest
 
+from errortrack import paging
 from errortrack.analytics import migrate
 from errortrack.errors import ValidationError
 from errortrack.logs import attributes, cursor, query
@@ -656,12 +657,15 @@ def _size(item) -> int:
 
 
 @pytest.mark.parametrize("sort", SORTS)
-def test_a_page_over_its_byte_budget_ends_early_and_its_cursor_goes_on(clickhouse, sort):
+def test_a_page_over_its_byte_budget_ends_early_and_its_cursor_goes_on(
+    clickhouse, sort, monkeypatch
+):
     # A page of 1000 logs of 1 MB was 954 MiB and cost the worker +2.7 GB; any DSN can
     # send such logs. Pages now end once their bodies and attributes pass a budget.
     _tied_logs(clickhouse, parts=3, per_part=40)
+    monkeypatch.setattr(paging, "PAGE_BYTES", 60)
     f = LogFilter(sort=sort)
-    page = list_logs(clickhouse, 7, f, PageRequest(per_page=50), budget=60)
+    page = list_logs(clickhouse, 7, f, PageRequest(per_page=50))
     walked, sizes = [], []
     while True:
         items = page["items"]
@@ -677,15 +681,15 @@ def test_a_page_over_its_byte_budget_ends_early_and_its_cursor_goes_on(clickhous
             f,
             PageRequest(per_page=50),
             cursor=cursor.decode(page["next_cursor"]),
-            budget=60,
         )
     assert walked == _reference(clickhouse, sort)
     assert max(sizes) <= 60 and len(sizes) >= sum(sizes) // 60 > 10
 
 
-def test_a_log_larger_than_the_budget_comes_alone(clickhouse):
+def test_a_log_larger_than_the_budget_comes_alone(clickhouse, monkeypatch):
     insert_logs(clickhouse, 7, [sdk_log("x" * 5000, at=1), sdk_log("small", at=0)])
-    first = list_logs(clickhouse, 7, LogFilter(), PageRequest(per_page=10), budget=1000)
+    monkeypatch.setattr(paging, "PAGE_BYTES", 1000)
+    first = list_logs(clickhouse, 7, LogFilter(), PageRequest(per_page=10))
     assert [len(i["body"]) for i in first["items"]] == [5000]
     assert first["total_count"] == 2 and first["next_cursor"]
     rest = list_logs(
@@ -694,18 +698,20 @@ def test_a_log_larger_than_the_budget_comes_alone(clickhouse):
         LogFilter(),
         PageRequest(per_page=10),
         cursor=cursor.decode(first["next_cursor"]),
-        budget=1000,
     )
     assert [i["body"] for i in rest["items"]] == ["small"] and rest["next_cursor"] is None
     # A later numbered page is cut the same way (its next_cursor goes on from its end).
-    second = list_logs(clickhouse, 7, LogFilter(), PageRequest(page=2, per_page=1), budget=10)
+    monkeypatch.setattr(paging, "PAGE_BYTES", 10)
+    second = list_logs(clickhouse, 7, LogFilter(), PageRequest(page=2, per_page=1))
     assert [i["body"] for i in second["items"]] == ["small"]
 
 
-def test_the_trace_view_says_when_the_budget_left_logs_out(clickhouse):
+def test_the_trace_view_says_when_the_budget_left_logs_out(clickhouse, monkeypatch):
     insert_logs(
         clickhouse, 7, [sdk_log("y" * 400, at=i, trace_id=T1, span_id="a" * 16) for i in range(5)]
     )
-    logs, cut = trace_logs(clickhouse, 7, T1, 10, budget=1000)
+    monkeypatch.setattr(paging, "PAGE_BYTES", 1000)
+    logs, cut = trace_logs(clickhouse, 7, T1, 10)
     assert len(logs) == 2 and cut is True
+    monkeypatch.undo()
     assert trace_logs(clickhouse, 7, T1, 10)[1] is False

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from errortrack import paging
 from errortrack.analytics import ClickHouse
 from errortrack.errors import NotSupported, ValidationError
 from errortrack.logs import cursor as list_cursor
@@ -399,12 +400,13 @@ def test_served_a_follower_gets_every_acknowledged_log_once_while_clients_send(t
         assert refused.status_code == 400 and refused.json()["error"]["field"] == "cursor"
 
 
-def test_a_page_over_its_byte_budget_ends_early_and_the_rest_follows(clickhouse):
+def test_a_page_over_its_byte_budget_ends_early_and_the_rest_follows(clickhouse, monkeypatch):
     cursor = tail.decode(tail_logs(clickhouse, 7, LogFilter(), 1)["next_cursor"])
     insert_logs(clickhouse, 7, [sdk_log(f"{i:02d}" + "z" * 98, at=i) for i in range(30)])
+    monkeypatch.setattr(paging, "PAGE_BYTES", 450)
     seen, pages = [], 0
     while True:
-        page = tail_logs(clickhouse, 7, LogFilter(), 100, cursor=cursor, budget=450)
+        page = tail_logs(clickhouse, 7, LogFilter(), 100, cursor=cursor)
         seen += [item["body"][:2] for item in page["items"]]
         pages += 1
         cursor = tail.decode(page["next_cursor"])
@@ -413,5 +415,5 @@ def test_a_page_over_its_byte_budget_ends_early_and_the_rest_follows(clickhouse)
         assert 1 <= len(page["items"]) < 100
     assert seen == [f"{i:02d}" for i in range(30)] and pages > 30 // 4
     # Without a cursor: the newest logs that fit, oldest of them first.
-    first = tail_logs(clickhouse, 7, LogFilter(), 100, budget=450)
+    first = tail_logs(clickhouse, 7, LogFilter(), 100)
     assert [item["body"][:2] for item in first["items"]] == ["26", "27", "28", "29"]
