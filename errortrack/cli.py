@@ -338,6 +338,9 @@ def serve(host: str, port: int, workers: int | None, threads: int) -> None:
             # Background work (the ingest spool writer) runs in the worker, after fork.
             "post_worker_init": _start_background,
             "worker_exit": _stop_background,
+            # Below DEBUG gunicorn calls no pre_request hook at all (its default only
+            # logs); setting one would cost every ingest request a call.
+            **({"pre_request": _log_request} if settings.log_level == "DEBUG" else {}),
         },
     )
     lock.close()
@@ -381,6 +384,14 @@ def _log_to_stderr(level: str) -> None:
     root = logging.getLogger("errortrack")
     root.addHandler(handler)
     root.setLevel(level)
+
+
+def _log_request(worker: Any, req: Any) -> None:
+    """gunicorn's DEBUG line for each request, with an invitation's token left out of
+    its path: the path is the credential, and gunicorn's own hook logged it whole."""
+    from errortrack.api.errors import redacted_path
+
+    worker.log.debug("%s %s", req.method, redacted_path(req.path))
 
 
 def _start_background(worker: Any) -> None:

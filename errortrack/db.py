@@ -7,6 +7,7 @@ are stored as UTC and always come back timezone-aware, whatever the backend.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,6 +17,8 @@ from sqlalchemy import event
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+
+log = logging.getLogger(__name__)
 
 
 class UTCDateTime(sa.types.TypeDecorator[dt.datetime]):
@@ -162,13 +165,40 @@ def bounded_sessionmaker(engine: Engine, seconds: float) -> sessionmaker[Session
     return factory
 
 
+_BOOKKEEPING = "errortrack.bookkeeping"
+
+
+def after_commit(session: Session, statement: sa.Executable) -> None:
+    """Queue a bookkeeping write (a token's or a login's last use) for after the
+    session's own transaction commits. It runs in a transaction of its own that may
+    fail without failing the request: written inside the request's, it turned every
+    read made with a token or a cookie into a 503 while the database refused writes
+    (a standby after a failover, a full disk), though nothing else in it wrote."""
+    session.info.setdefault(_BOOKKEEPING, []).append(statement)
+
+
+def commit(session: Session) -> None:
+    """Commit the session's transaction, then its queued bookkeeping (best effort)."""
+    session.commit()
+    statements = session.info.pop(_BOOKKEEPING, None)
+    if not statements:
+        return
+    try:
+        for statement in statements:
+            session.execute(statement)
+        session.commit()
+    except sa.exc.DBAPIError as ex:
+        session.rollback()
+        log.warning("last-use times not recorded: %s", type(ex.orig).__name__)
+
+
 @contextmanager
 def unit_of_work(factory: sessionmaker[Session]) -> Iterator[Session]:
     """One transaction: committed when the block succeeds, rolled back otherwise."""
     session = factory()
     try:
         yield session
-        session.commit()
+        commit(session)
     except BaseException:
         session.rollback()
         raise

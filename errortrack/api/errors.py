@@ -7,6 +7,7 @@ exceptions are all mapped here, in one place.
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 from collections.abc import Callable
 from typing import Any
@@ -88,6 +89,16 @@ def _unavailable(store: str) -> Callable[[falcon.Request, falcon.Response, Excep
 
 
 _relational_unavailable = _unavailable("relational")
+
+
+# Paths whose last part is a credential: an invitation's token (API and invite link).
+_CREDENTIAL_PATH = re.compile(r"^(/auth/invitations/|/invite/)[^/]+")
+
+
+def redacted_path(path: str) -> str:
+    """A raw request path as the server log may show it, before any routing: an
+    invitation's token becomes ``{token}``."""
+    return _CREDENTIAL_PATH.sub(r"\1{token}", path)
 
 
 def logged_path(req: falcon.Request) -> str:

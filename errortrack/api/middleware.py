@@ -10,6 +10,7 @@ import falcon
 import orjson
 from sqlalchemy.orm import Session, sessionmaker
 
+from errortrack import db
 from errortrack.api.errors import error_body, logged_path
 from errortrack.api.params import NoQuery, load_query
 
@@ -34,7 +35,7 @@ class RequestSession:
             return
         try:
             if succeeded:
-                session.commit()
+                db.commit(session)
             else:
                 session.rollback()
         finally:

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from errortrack.auth.tokens import sha256
+from errortrack.db import after_commit
 from errortrack.models import LoginSession, User
 from errortrack.state import due, set_ahead
 
@@ -64,7 +65,11 @@ def resolve_session(
     if login.expires_at <= now or set_ahead(login.expires_at, now, LIFETIME):
         return None
     if due(login.last_seen_at, now, LAST_SEEN_EVERY):
-        login.last_seen_at = now
+        # After the request's transaction, best effort (see tokens.LAST_USED_EVERY).
+        after_commit(
+            session,
+            sa.update(LoginSession).where(LoginSession.id == login.id).values(last_seen_at=now),
+        )
     return login, user
 
 

@@ -18,6 +18,7 @@ import secrets
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from errortrack.db import after_commit
 from errortrack.errors import NotFound, ValidationError
 from errortrack.models import ApiToken, User
 from errortrack.state import due
@@ -25,9 +26,9 @@ from errortrack.state import due
 SECRET_PREFIX = "et_"
 PREFIX_LENGTH = 10
 # last_used_at is written at most this often per token: a busy automation calling the API
-# many times a second must not turn every read into a write. The write rides in the
-# request's transaction, so a request that fails (status >= 400) does not record it; a
-# separate transaction would collide with the request's own writer on SQLite.
+# many times a second must not turn every read into a write. The write follows the
+# request's transaction (db.after_commit), so a request that fails (status >= 400) does
+# not record it, and a database that refuses writes does not fail the request.
 LAST_USED_EVERY = dt.timedelta(minutes=1)
 
 
@@ -75,7 +76,9 @@ def authenticate_token(session: Session, secret: str, *, now: dt.datetime) -> Us
     if not hmac.compare_digest(token.token_hash, digest):
         return None
     if due(token.last_used_at, now, LAST_USED_EVERY):
-        token.last_used_at = now
+        after_commit(
+            session, sa.update(ApiToken).where(ApiToken.id == token.id).values(last_used_at=now)
+        )
     return user
 
 

@@ -43,8 +43,9 @@ def _project(server, token: str) -> dict:
 @pg_only
 def test_a_read_only_database_is_a_503_not_a_500(tmp_path):
     """A standby after a failover refuses writes with SQLSTATE 25006, which psycopg
-    raises as InternalError: every write was a 500, and so was every read with a token
-    (it records last_used_at), with no Retry-After."""
+    raises as InternalError: every write was a 500, with no Retry-After. Reads go on,
+    with a token or a cookie: their last use, a write, was recorded in the request's
+    transaction, and its refusal made every such read a 503 too."""
     with served_with_token(tmp_path) as (server, token):
         url = server.env["ERRORTRACK_DATABASE_URL"]
         bearer = {"Authorization": f"Bearer {token}"}
@@ -63,8 +64,30 @@ def test_a_read_only_database_is_a_503_not_a_500(tmp_path):
             finally:
                 alter_pg_database(url, "RESET default_transaction_read_only")
 
-        # The token's first use records its last_used_at: a write, refused.
-        refused(("GET", "/api/projects", None))
+        login = httpx.post(
+            f"{server.url}/auth/login",
+            json={"email": "root@example.com", "password": "primary password"},
+        )
+        assert login.status_code == 200
+        alter_pg_database(url, "SET default_transaction_read_only = on")
+        try:
+            # The token's and the login's first use would record their last use.
+            read = httpx.get(f"{server.url}/api/projects", headers=bearer)
+            assert read.status_code == 200, read.text
+            me = httpx.get(f"{server.url}/api/me", cookies=login.cookies)
+            assert me.status_code == 200, me.text
+            assert "last-use times not recorded" in server.log()
+        finally:
+            alter_pg_database(url, "RESET default_transaction_read_only")
+
+        def last_used() -> str | None:
+            listed = httpx.get(f"{server.url}/api/tokens", headers=bearer).json()
+            return listed[0]["last_used_at"]
+
+        # Not recorded while refused; recorded (after the listing's own request) once
+        # the database takes writes again.
+        assert last_used() is None
+        assert last_used() is not None
         invited = httpx.post(
             f"{server.url}/api/invitations",
             json={"email": "new@example.com", "role": "admin"},

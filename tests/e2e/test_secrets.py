@@ -18,7 +18,7 @@ from errortrack.auth import passwords
 from errortrack.config import Settings, SettingsError
 from tests.access_world import PASSWORD, build_world
 from tests.ingest_support import log_envelope
-from tests.support import errortrack, once, served_with_token, server_env
+from tests.support import Server, errortrack, once, served_with_token, server_env
 
 
 @once  # about files: the SQLite run covers it
@@ -139,3 +139,29 @@ def test_the_migration_lock_file_stays_openable_by_other_users(tmp_path):
     lock = tmp_path / "data" / "x.sqlite3.migrate.lock"
     assert stat.S_IMODE(lock.stat().st_mode) == 0o644
     assert stat.S_IMODE((tmp_path / "data" / "x.sqlite3").stat().st_mode) == 0o600
+
+
+@once  # about the server's log, not the relational store
+def test_the_debug_log_of_requests_leaves_invitation_tokens_out(tmp_path):
+    """At DEBUG gunicorn logs each request's path, and an invitation's path is its
+    credential: anyone reading the log could accept it, an admin's included."""
+    secret = "inv-" + uuid.uuid4().hex
+    env = server_env(
+        tmp_path / "data",
+        f"sqlite:///{tmp_path / 'data' / 'x.sqlite3'}",
+        ERRORTRACK_LOG_LEVEL="DEBUG",
+    )
+    server = Server(env, threads=2).start()
+    try:
+        httpx.get(f"{server.url}/auth/invitations/{secret}")
+        httpx.post(f"{server.url}/auth/invitations/{secret}/accept", json={})
+        httpx.get(f"{server.url}/invite/{secret}")
+        httpx.get(f"{server.url}/api/me")
+    finally:
+        server.stop()
+    log = server.log()
+    assert secret not in log
+    assert "GET /auth/invitations/{token}" in log
+    assert "POST /auth/invitations/{token}/accept" in log
+    assert "GET /invite/{token}" in log
+    assert "GET /api/me" in log  # the other paths are logged as they were
