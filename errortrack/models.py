@@ -49,9 +49,9 @@ class User(Base):
 
 class Project(Base):
     __tablename__ = "projects"
-    # A deleted project's rows stay in ClickHouse until their retention ends, keyed by its
-    # id: SQLite without AUTOINCREMENT gives the highest id again, and a new project would
-    # inherit them (PostgreSQL's sequences never reuse one).
+    # ClickHouse's rows are keyed by the project's id, and a deleted project's may still
+    # arrive from the spool: SQLite without AUTOINCREMENT gives the highest id again, and
+    # a new project would inherit them (PostgreSQL's sequences never reuse one).
     __table_args__ = {"sqlite_autoincrement": True}
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -59,6 +59,19 @@ class Project(Base):
     # Per-project override of the instance retention; NULL means the instance default.
     retention_days: Mapped[int | None] = mapped_column(default=None)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class DeletedProject(Base):
+    """The id of a deleted project, kept for good: its rows in ClickHouse are deleted with
+    it, and again by each retention pass, as long as any turn up (rows the spool still
+    held for it). Only recorded ids are: a project id with rows but no project could be a
+    project that a relational store restored from an older backup lacks
+    (errortrack/storage/deleted.py)."""
+
+    __tablename__ = "deleted_projects"
+
+    project_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    deleted_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
 
 
 class ProjectKey(Base):

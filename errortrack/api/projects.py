@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import falcon
+from clickhouse_connect.driver.exceptions import Error as DriverError
 
 from errortrack.api.auth import principal
 from errortrack.api.middleware import session
@@ -25,6 +27,9 @@ from errortrack.models import ProjectKey, User
 from errortrack.projects import keys, manage, members
 from errortrack.projects.service import create_project
 from errortrack.state import AppState
+from errortrack.storage import deleted
+
+log = logging.getLogger(__name__)
 
 
 class Projects:
@@ -61,6 +66,7 @@ class Projects:
 
 class ProjectItem:
     def __init__(self, state: AppState) -> None:
+        self._state = state
         self._public_url = state.settings.public_url
 
     def _answer(self, req: falcon.Request, resp: falcon.Response, project_id: int) -> None:
@@ -89,7 +95,18 @@ class ProjectItem:
     @api_doc("Delete a project (project admin)", status=204, tags=("projects",))
     def on_delete(self, req: falcon.Request, resp: falcon.Response, project_id: int) -> None:
         project = require_project(session(req), principal(req), project_id, "admin")
-        manage.delete_project(session(req), project)
+        manage.delete_project(session(req), project, now=self._state.clock())
+        session(req).commit()
+        # Its rows once it is gone for good. Best effort: a ClickHouse that cannot take
+        # the DELETE now leaves it to the next retention pass (storage/deleted.py).
+        try:
+            deleted.delete_rows(self._state.api_clickhouse, [project_id], wait=False)
+        except DriverError:
+            log.warning(
+                "rows of deleted project %d not deleted now; the next retention pass will",
+                project_id,
+                exc_info=True,
+            )
         resp.status = falcon.HTTP_204
 
 

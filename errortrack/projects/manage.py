@@ -7,6 +7,7 @@ first active key) and the caller's effective role on it.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,6 +18,7 @@ from errortrack.config import MAX_RETENTION_DAYS
 from errortrack.errors import ValidationError
 from errortrack.models import Project, ProjectKey
 from errortrack.projects.service import active_key, dsn
+from errortrack.storage import deleted
 
 
 def record(session: Session, project: Project, *, role: str, public_url: str) -> dict[str, Any]:
@@ -79,8 +81,9 @@ def update_project(session: Session, project: Project, changes: dict[str, Any]) 
     return project
 
 
-def delete_project(session: Session, project: Project) -> None:
-    # Keys, members and issues go with it (ON DELETE CASCADE). Its rows in ClickHouse stay
-    # until their retention drops them: they are unreachable without the project.
+def delete_project(session: Session, project: Project, *, now: dt.datetime) -> None:
+    # Keys, members and issues go with it (ON DELETE CASCADE). Its rows in ClickHouse are
+    # deleted once this commits, and by later retention passes (storage/deleted.py).
+    deleted.record(session, project.id, now=now)
     session.delete(project)
     session.flush()

@@ -9,7 +9,10 @@ row-by-row mutations):
    ``retention_days``, so the expiry of a partition is exact and dropping it is free;
 2. with a disk cap, while ClickHouse's bytes on disk (logs + events + spans) exceed it,
    drops the oldest day of all three tables, never today's;
-3. removes issues whose events are all gone (``errortrack.storage.issues``) -- only
+3. deletes the rows of deleted projects that reached ClickHouse after their project
+   went (``errortrack.storage.deleted``: rows the spool still held), a lightweight
+   ``DELETE`` for the few it finds, waited for;
+4. removes issues whose events are all gone (``errortrack.storage.issues``) -- only
    those already found without events by the previous pass. An issue is written by the
    ingest writer just before its events reach ClickHouse; if an SDK sent an old
    timestamp, one pass could fall in between. Two passes an interval apart cannot.
@@ -35,7 +38,7 @@ from sqlalchemy.orm import Session
 from errortrack import db
 from errortrack.analytics import ClickHouse
 from errortrack.state import CLOCK_SLACK
-from errortrack.storage import issues, tables
+from errortrack.storage import deleted, issues, tables
 
 if TYPE_CHECKING:
     from errortrack.state import AppState
@@ -56,6 +59,8 @@ class PassReport:
     issues_removed: int = 0
     # Issues without events found by this pass: removed by the next one if still so.
     orphans: frozenset[int] = frozenset()
+    # Per table, how many deleted projects it still held rows of (now deleted).
+    deleted_projects: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def run_pass(
@@ -79,6 +84,10 @@ def run_pass(
         report.over_cap = _enforce_cap(store, remaining, disk_cap_bytes, now.date(), report, stuck)
     dropped = set(report.over_cap)
     report.bytes_after = stuck + sum(p.bytes_on_disk for p in remaining if p not in dropped)
+    try:
+        report.deleted_projects = deleted.delete_rows(store, deleted.recorded(session))
+    except DriverError:
+        log.exception("retention: could not delete the rows of deleted projects; next pass")
     grace = now - ISSUE_GRACE
     report.orphans = frozenset(issues.orphaned(session, store, last_seen_before=grace))
     report.issues_removed = issues.remove(
@@ -146,6 +155,8 @@ def _log(report: PassReport, cap: int) -> None:
                 "retention: dropped %s partition %s (%d rows, %d bytes): %s",
                 p.table, p.partition_id, p.rows, p.bytes_on_disk, reason,
             )  # fmt: skip
+    for table, projects in report.deleted_projects.items():
+        log.info("retention: deleted the %s of %d deleted projects", table, projects)
     if report.issues_removed:
         log.info("retention: removed %d issues whose events are all gone", report.issues_removed)
     if cap:

@@ -3,6 +3,7 @@ or deleting the old one; the real ingest endpoint then refuses it (403)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 import pytest
@@ -188,7 +189,7 @@ def test_a_key_made_for_a_project_being_deleted_is_404(world, state):
 
     def remove():
         with db.unit_of_work(state.sessions) as s:
-            delete_project(s, s.get(Project, pid))
+            delete_project(s, s.get(Project, pid), now=dt.datetime.now(dt.UTC))
             deleted.set()
             time.sleep(0.5)
 

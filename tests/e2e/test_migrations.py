@@ -190,7 +190,7 @@ def test_a_deleted_projects_id_is_never_given_again(tmp_path):
         with sessions.begin() as s:
             gone = create_project(s, name="old").id
         with sessions.begin() as s:
-            delete_project(s, s.get(Project, gone))
+            delete_project(s, s.get(Project, gone), now=dt.datetime.now(dt.UTC))
         with sessions.begin() as s:
             assert create_project(s, name="new").id > gone
         engine.dispose()
@@ -213,7 +213,7 @@ def test_the_autoincrement_migration_keeps_projects_and_what_hangs_off_them(tmp_
             assert [p.id for p in s.scalars(sa.select(Project).order_by(Project.id))] == ids
             keys = s.scalars(sa.select(ProjectKey.project_id).order_by(ProjectKey.project_id))
             assert list(keys) == ids  # not cascaded away by the table's rebuild
-            delete_project(s, s.get(Project, ids[-1]))
+            delete_project(s, s.get(Project, ids[-1]), now=dt.datetime.now(dt.UTC))
         with sessions.begin() as s:
             assert create_project(s, name="new").id > ids[-1]
             # The foreign keys still hold after the rebuild: a key of no project is refused.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -197,3 +198,26 @@ def test_storage_requests_hold_no_relational_lock_during_clickhouse_work(
     with world.state.sessions() as s:  # and the token's use was recorded all the same
         query = sa.select(ApiToken.last_used_at).where(ApiToken.token_hash == sha256(token))
         assert s.scalar(query) == now
+
+
+def test_deleting_a_project_deletes_its_rows(world, clickhouse):
+    """Its logs, events and spans stayed on disk until their retention ended (months at
+    a long retention), unreachable but there: in the storage report as a project that
+    no longer exists."""
+    with world.state.sessions() as s:
+        gone, gone_key = make_project(s, "gone")
+        kept, kept_key = make_project(s, "kept")
+    _ingest(world, gone, gone_key, ["a", "b"])
+    _ingest(world, kept, kept_key, ["c"])
+    now = world.state.clock()
+    rows.add_events(clickhouse, gone, [now])
+    rows.add_spans(clickhouse, gone, [now, now])
+    assert world.call("admin", "DELETE", f"/api/projects/{gone}").status_code == 204
+    # Scheduled, not waited for: ClickHouse applies the DELETE in the background.
+    deadline = time.monotonic() + 30
+    while rows.counts(clickhouse, f"project_id = {gone}") != dict.fromkeys(rows.TIME, 0):
+        assert time.monotonic() < deadline, rows.counts(clickhouse, f"project_id = {gone}")
+        time.sleep(0.1)
+    assert rows.counts(clickhouse, f"project_id = {kept}") == {"logs": 1, "events": 0, "spans": 0}
+    listed = world.call("admin", "GET", "/api/storage").json["projects"]
+    assert [p["project_id"] for p in listed if p["project_id"] in (gone, kept)] == [kept]
