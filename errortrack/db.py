@@ -187,9 +187,11 @@ def commit(session: Session) -> None:
         for statement in statements:
             session.execute(statement)
         session.commit()
-    except sa.exc.DBAPIError as ex:
+    except sa.exc.SQLAlchemyError as ex:  # refused, or no connection (a full pool)
         session.rollback()
-        log.warning("last-use times not recorded: %s", type(ex.orig).__name__)
+        log.warning(
+            "last-use times not recorded: %s", type(getattr(ex, "orig", None) or ex).__name__
+        )
 
 
 @contextmanager

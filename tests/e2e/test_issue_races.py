@@ -130,23 +130,35 @@ def test_first_and_last_seen_are_the_stored_event_time(ingest_world):
     assert event["timestamp"].endswith(".123456Z")
 
 
-def test_a_token_revoked_while_its_request_runs_is_a_401(ingest_world):
-    """The request records its token's last use; a token revoked in between made the ORM's
-    UPDATE match no row. It is the caller who is no longer known (not a 404 of the path)."""
+def test_a_token_revoked_while_its_request_runs_is_neither_an_error_nor_revived(ingest_world):
+    """The request records its token's last use. Written in the request's transaction
+    by the ORM, a token revoked in between made that UPDATE match no row (a 500, then a
+    401). It is now written after the request's transaction (db.after_commit): the
+    request, authorised when it began, answers as any request in flight does; the
+    write finds no row and brings none back; the token's next use is a 401."""
     world = ingest_world
     user_id = world.add_user()
     token = world.add_token(user_id)
+    revoked = []
 
-    def revoke_first(session: Session, _context, _instances) -> None:
-        if any(isinstance(obj, ApiToken) for obj in session.dirty):
+    def revoke_first(_conn, _cursor, statement: str, *_args) -> None:
+        if statement.lstrip().upper().startswith("UPDATE API_TOKENS") and not revoked:
             with world.state.engine.begin() as other:
-                other.execute(sa.delete(ApiToken).where(ApiToken.user_id == user_id))
+                revoked.append(
+                    other.execute(sa.delete(ApiToken).where(ApiToken.user_id == user_id)).rowcount
+                )
 
-    sa.event.listen(Session, "before_flush", revoke_first)
+    sa.event.listen(world.state.engine, "before_cursor_execute", revoke_first)
     try:
         resp = world.client.simulate_get(
             "/api/projects", headers={"Authorization": f"Bearer {token}"}
         )
     finally:
-        sa.event.remove(Session, "before_flush", revoke_first)
-    assert resp.status_code == 401, resp.text
+        sa.event.remove(world.state.engine, "before_cursor_execute", revoke_first)
+    assert revoked == [1]  # the write of its last use came after the request's own work
+    assert resp.status_code == 200, resp.text
+    with world.state.engine.connect() as conn:
+        left = conn.execute(sa.select(ApiToken).where(ApiToken.user_id == user_id)).all()
+    assert left == []
+    again = world.client.simulate_get("/api/projects", headers={"Authorization": f"Bearer {token}"})
+    assert again.status_code == 401, again.text
