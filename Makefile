@@ -38,7 +38,9 @@ SUDO := $(shell [ "$$(id -u)" -ne 0 ] && command -v sudo)
 $(CHROMIUM):
 	$(SUDO) apt-get install -y chromium || { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
 
-test: $(VENV)/.dev tests/e2e/node/node_modules $(CHROMIUM) ## Run the whole test suite (set ERRORTRACK_TEST_DATABASE_URL for Postgres)
+test-deps: $(VENV)/.dev tests/e2e/node/node_modules $(CHROMIUM) ## Install what the test suite drives (CI runs this once before two suites at once)
+
+test: test-deps ## Run the whole test suite (set ERRORTRACK_TEST_DATABASE_URL for Postgres)
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.dev ## ruff (lint and format check) and mypy
@@ -57,4 +59,4 @@ openapi: $(VENV)/.dev ## Regenerate the OpenAPI snapshot schemas/openapi.json fr
 	$(BIN)/python -m errortrack.api.openapi > schemas/openapi.json.tmp
 	mv schemas/openapi.json.tmp schemas/openapi.json
 
-.PHONY: help run install-dev test lint format permissions openapi
+.PHONY: help run install-dev test-deps test lint format permissions openapi
