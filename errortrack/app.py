@@ -107,7 +107,7 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
     app.add_route("/api/me", account.Me())
     app.add_route("/api/me/password", account.MyPassword(state, throttle))
     app.add_route("/api/team", team.Team())
-    app.add_route("/api/team/{user_id:int}", team.TeamUser())
+    app.add_route("/api/team/{user_id:int}", team.TeamUser(state))
     app.add_route("/api/invitations", team.Invitations(state))
     app.add_route("/api/invitations/{invitation_id:int}", team.InvitationItem(state))
     app.add_route("/api/projects", projects.Projects(state))

@@ -29,12 +29,17 @@ class Team:
 
 
 class TeamUser:
+    def __init__(self, state: AppState) -> None:
+        self._state = state
+
     @api_doc("Change a user's global role", request=RoleIn, response=UserOut, tags=("team",))
     def on_patch(self, req: falcon.Request, resp: falcon.Response, user_id: int) -> None:
         me = principal(req)
         require_global_admin(me)
         body = load(req, RoleIn)
-        user = roster.change_role(session(req), me, user_id=user_id, role=body["role"])
+        user = roster.change_role(
+            session(req), me, user_id=user_id, role=body["role"], now=self._state.clock()
+        )
         resp.media = UserOut().dump(user)
 
     @api_doc(
@@ -43,7 +48,7 @@ class TeamUser:
     def on_delete(self, req: falcon.Request, resp: falcon.Response, user_id: int) -> None:
         me = principal(req)
         require_global_admin(me)
-        roster.remove_user(session(req), me, user_id=user_id)
+        roster.remove_user(session(req), me, user_id=user_id, now=self._state.clock())
         resp.status = falcon.HTTP_204
 
 

@@ -3,7 +3,9 @@
 A global admin invites an email with a global role. The invitation carries a random,
 single-use token, kept in clear because the link ``<public_url>/invite/<token>`` must be
 copyable again from the list of pending invitations (it is no credential for anything
-but creating that one account, and it dies after 48 hours). No email is sent.
+but creating that one account, and it dies after 48 hours). No email is sent. Because
+every admin can read every pending link, an admin losing that role (demoted or removed)
+revokes all of them (``revoke_all_pending``).
 
 Accepting sets a password and creates the account with the invitation's email and role;
 the token then stops working. Expired, used and revoked tokens answer 410 Gone with a
@@ -90,6 +92,22 @@ def _lock_email(session: Session, email: str) -> None:
 
 def list_pending(session: Session, *, now: dt.datetime) -> list[Invitation]:
     return list(session.scalars(sa.select(Invitation).where(_pending(now)).order_by(Invitation.id)))
+
+
+def revoke_all_pending(session: Session, *, now: dt.datetime) -> None:
+    """Revoke every pending invitation: a global admin is losing that role.
+
+    Every admin can read every pending link (the list above), and a link, accepted with
+    a password of the reader's choosing, makes an account with the invitation's role. An
+    admin demoted or removed could otherwise come back in through any link pending when
+    it lost the role; links made afterwards it never saw, and those stand.
+    """
+    session.execute(
+        sa.update(Invitation)
+        .where(_pending(now))
+        .values(revoked_at=now)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def revoke_invitation(session: Session, *, invitation_id: int, now: dt.datetime) -> None:

@@ -4,12 +4,16 @@ Rules (each a 409 Conflict): nobody removes themself, the primary user or the la
 remaining admin; the primary user is never demoted, nor is the last admin. Removing a
 user deletes their login sessions and API tokens in the same transaction (the foreign
 keys cascade too; the explicit deletes make it independent of that), and their project
-memberships. Invitations they sent stay, with ``created_by`` set to NULL.
+memberships. Invitations they sent stay, with ``created_by`` set to NULL, unless they
+were an admin: an admin demoted or removed revokes every pending invitation, whose links
+it could read (``invitations.revoke_all_pending``).
 
 Callers check ``require_global_admin`` first; these functions enforce the team rules only.
 """
 
 from __future__ import annotations
+
+import datetime as dt
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -17,6 +21,7 @@ from sqlalchemy.orm import Session
 from errortrack.auth.permissions import Principal
 from errortrack.errors import Conflict, NotFound, ValidationError
 from errortrack.models import GLOBAL_ROLES, ApiToken, LoginSession, ProjectMember, User
+from errortrack.team.invitations import revoke_all_pending
 
 
 def list_users(session: Session) -> list[User]:
@@ -44,7 +49,9 @@ def _lock_admins(session: Session) -> int:
     return len(list(ids))
 
 
-def change_role(session: Session, actor: Principal, *, user_id: int, role: str) -> User:
+def change_role(
+    session: Session, actor: Principal, *, user_id: int, role: str, now: dt.datetime
+) -> User:
     if role not in GLOBAL_ROLES:
         raise ValidationError("role must be admin or member", field="role")
     admins = _lock_admins(session)
@@ -55,12 +62,14 @@ def change_role(session: Session, actor: Principal, *, user_id: int, role: str) 
         raise Conflict("the primary user cannot be demoted")
     if user.role == "admin" and admins <= 1:
         raise Conflict("the last remaining admin cannot be demoted")
+    if user.role == "admin":
+        revoke_all_pending(session, now=now)
     user.role = role
     session.flush()
     return user
 
 
-def remove_user(session: Session, actor: Principal, *, user_id: int) -> None:
+def remove_user(session: Session, actor: Principal, *, user_id: int, now: dt.datetime) -> None:
     admins = _lock_admins(session)
     user = get_user(session, user_id, lock=True)
     if user.id == actor.user_id:
@@ -69,6 +78,8 @@ def remove_user(session: Session, actor: Principal, *, user_id: int) -> None:
         raise Conflict("the primary user cannot be removed")
     if user.role == "admin" and admins <= 1:
         raise Conflict("the last remaining admin cannot be removed")
+    if user.role == "admin":
+        revoke_all_pending(session, now=now)
     for model in (LoginSession, ApiToken, ProjectMember):
         session.execute(sa.delete(model).where(model.user_id == user.id))
     session.delete(user)

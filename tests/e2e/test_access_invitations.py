@@ -282,3 +282,48 @@ def test_an_email_is_one_address_however_its_accents_are_encoded(world):
             "/auth/login", json={"email": typed, "password": PASSWORD}
         )
         assert login.status_code == 200, typed
+
+
+def test_an_admin_who_loses_the_role_leaves_no_usable_link_behind(world):
+    # A global admin reads every pending invitation's link (GET /api/invitations), its
+    # own and other admins'. Demoted, it must not keep a way back in: each link it could
+    # read, accepted with a password it chooses, would make an account with that role.
+    own = _invite(world, "alt@example.com", "admin")
+    other = world.call(
+        "primary", "POST", "/api/invitations", {"email": "newhire@example.com", "role": "member"}
+    ).json
+    demoted = world.call(
+        "primary", "PATCH", f"/api/team/{world.users['admin']}", {"role": "member"}
+    )
+    assert demoted.status_code == 200 and demoted.json["role"] == "member"
+    for inv in (own, other):
+        gone = _accept(world, inv["token"], password="attacker chosen password")
+        assert gone.status_code == 410, gone.text
+        assert gone.json["error"]["message"] == "this invitation has been revoked"
+    assert world.call("primary", "GET", "/api/invitations").json == []
+    # Made after the demotion, by an admin: the demoted user never saw it, so it stands.
+    later = world.call(
+        "primary", "POST", "/api/invitations", {"email": "newhire@example.com", "role": "member"}
+    )
+    assert later.status_code == 201, later.text
+    assert _accept(world, later.json["token"]).status_code == 201
+
+
+def test_a_removed_admin_leaves_no_usable_link_behind(world):
+    own = _invite(world, "alt2@example.com", "admin")
+    assert world.call("primary", "DELETE", f"/api/team/{world.users['admin']}").status_code == 204
+    gone = _accept(world, own["token"], password="attacker chosen password")
+    assert gone.status_code == 410, gone.text
+
+
+def test_a_member_changing_role_or_leaving_revokes_no_invitation(world):
+    # Members never see links: their promotion or removal leaves pending links alone.
+    inv = _invite(world, "stays@example.com", "member")
+    promoted = world.call(
+        "primary", "PATCH", f"/api/team/{world.users['viewer']}", {"role": "admin"}
+    )
+    assert promoted.status_code == 200
+    assert (
+        world.call("primary", "DELETE", f"/api/team/{world.users['outsider']}").status_code == 204
+    )
+    assert [p["id"] for p in world.call("primary", "GET", "/api/invitations").json] == [inv["id"]]

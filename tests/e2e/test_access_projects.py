@@ -245,7 +245,7 @@ def test_adding_a_user_whose_removal_is_committing_is_the_unknown_user_400(world
 
     def remove():
         with db.unit_of_work(state.sessions) as s:
-            remove_user(s, me, user_id=uid)
+            remove_user(s, me, user_id=uid, now=state.clock())
             removed.set()
             time.sleep(0.5)  # the request commits a moment later
 
