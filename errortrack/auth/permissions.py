@@ -102,8 +102,27 @@ def require_project(
     session: Session, principal: Principal, project_id: int, action: Action
 ) -> Project:
     """Return the project if ``principal`` may do ``action`` on it; else 404 or 403."""
-    project = session.get(Project, project_id)
-    role = project_role(session, principal, project_id) if project is not None else None
+    project: Project | None
+    role: str | None
+    if principal.is_admin:
+        project = session.get(Project, project_id)
+        role = "admin"
+    else:
+        # One query, the project with the caller's membership: a missing project and one
+        # the caller is no member of then cost the same, as they answer the same 404
+        # (a second query for existing projects only would tell them apart by time).
+        row = session.execute(
+            sa.select(Project, ProjectMember.role)
+            .outerjoin(
+                ProjectMember,
+                sa.and_(
+                    ProjectMember.project_id == Project.id,
+                    ProjectMember.user_id == principal.user_id,
+                ),
+            )
+            .where(Project.id == project_id)
+        ).first()
+        project, role = (row[0], row[1]) if row is not None else (None, None)
     if project is None or role is None:
         raise NotFound("project not found")
     if not role_allows(role, action):

@@ -268,3 +268,35 @@ def test_adding_a_user_whose_removal_is_committing_is_the_unknown_user_400(world
     assert outcome == [(400, "user_id", "no user with this user_id")]
     with state.sessions() as s:
         assert uid not in [m["user_id"] for m in list_members(s, world.project_id)]
+
+
+def _relational_statements(world, state, caller, path):
+    import sqlalchemy as sa
+
+    seen: list[str] = []
+
+    def count(conn, cursor, statement, *args):
+        seen.append(statement)
+
+    sa.event.listen(state.engine, "before_cursor_execute", count)
+    try:
+        resp = world.call(caller, "GET", path)
+    finally:
+        sa.event.remove(state.engine, "before_cursor_execute", count)
+    return resp, seen
+
+
+def test_a_hidden_project_and_a_missing_one_cost_the_same_queries(world, state):
+    # Both are 404 "project not found" for a non-member (docs/permissions.md: existence is
+    # not revealed). A second query for the existing one only (its membership) would tell
+    # them apart by time.
+    hidden = world.add_project()
+    missing = hidden + 1000
+    world.call("outsider", "GET", f"/api/projects/{missing}")  # warm: its token's last use
+    answers = {}
+    for project_id in (hidden, missing):
+        path = f"/api/projects/{project_id}"
+        resp, statements = _relational_statements(world, state, "outsider", path)
+        answers[project_id] = (resp.status_code, resp.json, len(statements))
+    assert answers[hidden] == answers[missing], answers
+    assert answers[hidden][0] == 404
