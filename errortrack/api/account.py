@@ -126,8 +126,8 @@ class MyPassword:
         tags=("auth",),
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        me = principal(req)  # the caller first, as on every route: 401 / 403 before 400
         body = load(req, PasswordChangeIn)
-        me = principal(req)
         current = login_session(req)
         db = session(req)
         user = db.get(User, me.user_id)

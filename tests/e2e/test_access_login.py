@@ -367,3 +367,21 @@ def test_a_password_change_needs_the_current_password_and_counts_guesses(world):
     assert _login(world.client).status_code == 429
     # Nothing changed meanwhile: no session ended, the password the same.
     assert world.client.simulate_get("/api/me", cookies={COOKIE: mine}).status_code == 200
+
+
+@pytest.mark.parametrize("body", [{"current_password": 1}, {}])
+def test_a_password_change_checks_the_caller_before_its_body(world, body):
+    # As every other route (docs/permissions.md): no credentials is 401, a cookie without
+    # the CSRF header 403, whatever the body; a bad body is 400 only for a caller.
+    anonymous = world.client.simulate_post("/api/me/password", json=body)
+    assert anonymous.status_code == 401, anonymous.text
+    mine, csrf = _session(world)
+    no_csrf = world.client.simulate_post("/api/me/password", json=body, cookies={COOKIE: mine})
+    assert no_csrf.status_code == 403, no_csrf.text
+    assert _change_raw(world, mine, csrf, body).status_code == 400
+
+
+def _change_raw(world, cookie, csrf, body):
+    return world.client.simulate_post(
+        "/api/me/password", json=body, cookies={COOKIE: cookie}, headers={"X-CSRF-Token": csrf}
+    )
