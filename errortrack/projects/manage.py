@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from errortrack.auth.permissions import Principal, visible_project_roles
 from errortrack.config import MAX_RETENTION_DAYS
-from errortrack.errors import ValidationError
+from errortrack.errors import NotFound, ValidationError
 from errortrack.models import Project, ProjectKey
 from errortrack.projects.service import active_key, dsn
 from errortrack.storage import deleted
@@ -84,6 +84,13 @@ def update_project(session: Session, project: Project, changes: dict[str, Any]) 
 def delete_project(session: Session, project: Project, *, now: dt.datetime) -> None:
     # Keys, members and issues go with it (ON DELETE CASCADE). Its rows in ClickHouse are
     # deleted once this commits, and by later retention passes (storage/deleted.py).
+    # The row first: two deletes at once both passed require_project, and the second
+    # waits here for the first's row lock (Postgres) or write transaction (SQLite), then
+    # matches nothing: the 404 of a delete after the first, before it records the id a
+    # second time (a primary key violation, a 500).
+    gone = session.execute(sa.delete(Project).where(Project.id == project.id))
+    if gone.rowcount == 0:  # type: ignore[attr-defined]
+        raise NotFound("project not found")
+    session.expunge(project)
     deleted.record(session, project.id, now=now)
-    session.delete(project)
     session.flush()

@@ -300,3 +300,41 @@ def test_a_hidden_project_and_a_missing_one_cost_the_same_queries(world, state):
         answers[project_id] = (resp.status_code, resp.json, len(statements))
     assert answers[hidden] == answers[missing], answers
     assert answers[hidden][0] == 404
+
+
+def test_a_project_deleted_meanwhile_by_another_request_is_a_404(world, state):
+    """Two DELETEs of one project at once (a double click, a retry, two admins): both
+    pass the permission check; the second finds it gone once the first commits. That
+    is the 404 of a DELETE after the first (not a 500 from recording the id twice)."""
+    import sqlalchemy as sa
+
+    from errortrack import db
+    from errortrack.models import DeletedProject, Project
+    from errortrack.projects import manage
+
+    pid = world.add_project()
+    done: list[bool] = []
+
+    def first_commits_meanwhile(conn, cursor, statement, *args) -> None:
+        # Just before the request deletes the row (after its require_project, as in a
+        # race); on Postgres the request would wait for the first's row lock instead.
+        if done or not statement.lstrip().upper().startswith("DELETE FROM PROJECTS"):
+            return
+        done.append(True)
+        with db.unit_of_work(state.sessions) as other:
+            manage.delete_project(other, other.get(Project, pid), now=state.clock())
+
+    sa.event.listen(state.engine, "before_cursor_execute", first_commits_meanwhile)
+    try:
+        resp = world.call("padmin", "DELETE", f"/api/projects/{pid}")
+    finally:
+        sa.event.remove(state.engine, "before_cursor_execute", first_commits_meanwhile)
+    assert done
+    assert resp.status_code == 404, resp.text
+    assert resp.json["error"]["message"] == "project not found"
+    with state.sessions() as s:
+        assert s.get(Project, pid) is None
+        recorded = s.scalars(
+            sa.select(DeletedProject.deleted_at).where(DeletedProject.project_id == pid)
+        )
+        assert list(recorded) == [state.clock()]
