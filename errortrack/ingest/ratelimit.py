@@ -2,9 +2,12 @@
 
 One token bucket per project and data category (errors, transactions, spans, logs), each
 holding at most one second's worth of the limit. ``take`` charges every category that is
-not in debt (so one envelope larger than the rate still gets through once) and returns
-the ones that are, with their waits. As Relay does, ingest then drops only the items of
-those categories: the envelope's other items are stored and its answer is a 200 naming
+not in debt (so one envelope larger than the rate still gets through once, as an SDK's
+batch of 100 logs under a limit of 10/s) and returns the ones that are, with their waits.
+The debt is bounded: a category whose charge would leave more than ``MAX_DEBT_SECONDS``
+of it is not charged but refused like one in debt (one envelope of 20,000 logs under a
+limit of 2/s went through and then shut the project's logs out for 2.8 hours). As Relay
+does, ingest then drops only the items of those categories: the envelope's other items are stored and its answer is a 200 naming
 the limited categories in ``X-Sentry-Rate-Limits`` (SDKs read that header on any answer,
 develop.sentry.dev "Rate Limiting"); only when nothing is left to store is it a 429 with
 ``Retry-After`` (the longest wait) and the same header, e.g.
@@ -39,6 +42,9 @@ CATEGORIES = {
 }
 
 
+# The most debt one envelope may leave, in seconds of the limit: what Retry-After can say.
+MAX_DEBT_SECONDS = 60
+
 # Buckets kept before the full ones are dropped (``RateLimiter._prune``).
 PRUNE_AT = 10_000
 
@@ -53,8 +59,9 @@ class RateLimiter:
         self._prune_at = PRUNE_AT
 
     def take(self, project_id: int, items: Mapping[str, int]) -> dict[str, int]:
-        """Charge ``items`` (category -> count) for every category not in debt; return the
-        categories that are, with the seconds until each is out of debt (empty: all paid)."""
+        """Charge ``items`` (category -> count) for every category not in debt, unless the
+        charge would leave more than ``MAX_DEBT_SECONDS`` of it; return the categories not
+        charged, with the seconds until each is out of debt (at least 1; empty: all paid)."""
         if self.per_second <= 0:
             return {}
         wanted = {c: n for c, n in items.items() if n > 0}
@@ -63,10 +70,11 @@ class RateLimiter:
         now = self.clock()
         with self._lock:
             tokens = {c: self._refilled(project_id, c, now) for c in wanted}
+            most = MAX_DEBT_SECONDS * self.per_second
             waits = {
                 c: max(1, math.ceil(-left / self.per_second))
                 for c, left in tokens.items()
-                if left < 0
+                if left < 0 or wanted[c] - left > most
             }
             for category, count in wanted.items():
                 paid = 0 if category in waits else count

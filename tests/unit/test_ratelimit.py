@@ -43,24 +43,42 @@ def test_one_envelope_larger_than_the_rate_gets_through_once():
     assert limiter.take(1, {LOGS: 1}) == {LOGS: 14}  # 140 items of debt at 10/s
 
 
+def test_the_debt_one_envelope_leaves_is_at_most_a_minute():
+    # 20,000 logs under 2/s went through, then the project's logs were refused for 2.8
+    # hours (Retry-After: 9999) (ingest review, twenty-seventh session).
+    now = [0.0]
+    limiter = RateLimiter(2, clock=lambda: now[0])
+    waits = limiter.take(1, {LOGS: 20_000, ERRORS: 1})
+    assert waits == {LOGS: 1}  # refused; the error beside it paid
+    assert limiter.refused(1, waits).headers() == {
+        "Retry-After": "1",
+        "X-Sentry-Rate-Limits": "1:log_item:project:rate_limited",
+    }
+    # Nothing was charged for the refused logs: a full bucket takes up to a minute's
+    # debt beyond it, here 2 + 120 logs, and then waits that minute.
+    assert limiter.take(1, {LOGS: 123}) == {LOGS: 1}
+    assert limiter.take(1, {LOGS: 122}) == {}
+    assert limiter.take(1, {LOGS: 1}) == {LOGS: 60}
+    now[0] += 60
+    assert limiter.take(1, {LOGS: 1}) == {}
+
+
 def test_a_category_in_debt_is_not_charged_and_the_others_are():
     # One bucket for everything, answered with no categories ("all"), made SDKs drop a
     # project's errors for as long as a burst of logs was in debt.
     now = [0.0]
     limiter = RateLimiter(10, clock=lambda: now[0])
-    assert limiter.take(1, {LOGS: 2000}) == {}
+    assert limiter.take(1, {LOGS: 500}) == {}
     assert limiter.take(1, {ERRORS: 1}) == {}  # errors have their own bucket
-    assert limiter.take(1, {LOGS: 1, ERRORS: 1}) == {LOGS: 199}  # the errors were paid
+    assert limiter.take(1, {LOGS: 1, ERRORS: 1}) == {LOGS: 49}  # the errors were paid
     assert limiter.take(1, {ERRORS: 8}) == {}  # 10 paid in all: the bucket is empty
     assert limiter.take(1, {ERRORS: 5}) == {}  # into debt
     waits = limiter.take(1, {LOGS: 1, ERRORS: 1})
-    assert waits == {LOGS: 199, ERRORS: 1}
-    assert (
-        header(waits) == "1:error;default:project:rate_limited, 199:log_item:project:rate_limited"
-    )
-    assert limiter.refused(1, waits).headers()["Retry-After"] == "199"
+    assert waits == {LOGS: 49, ERRORS: 1}
+    assert header(waits) == "1:error;default:project:rate_limited, 49:log_item:project:rate_limited"
+    assert limiter.refused(1, waits).headers()["Retry-After"] == "49"
     # A refused category paid nothing: its debt is what it was.
-    now[0] += 199
+    now[0] += 49
     assert limiter.take(1, {LOGS: 1}) == {}
 
 
