@@ -18,6 +18,7 @@ Together ~24 % less CPU per log than ``orjson.loads`` of the item, dict rows and
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -221,7 +222,7 @@ def _trace_and_span(
     trace_id: Any, span_id: Any, attributes: dict[str, Attribute]
 ) -> tuple[str, str]:
     """Both only for logs emitted inside a span; SDKs send a propagation trace_id anyway."""
-    if not span_id:
+    if not span_id or not isinstance(span_id, str):
         parent = attributes.get(PARENT_SPAN_ATTRIBUTE)
         span_id = None if parent is None else parent.value
     if not span_id or not isinstance(span_id, str):
@@ -283,14 +284,16 @@ def _typed(attributes: dict[str, Attribute]) -> _Maps:
     return strings, ints, floats, bools
 
 
-def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool):
+def _as_int(value: str) -> int | None:
+    """An integer sent as a string, when it is one as JSON writes integers (ASCII digits,
+    an optional minus): Python's ``int`` also reads " 12 ", "+12", "1_000" and other
+    scripts' digits, which a filter ``attr[k]=1000`` then matched."""
+    if not _INTEGER_TEXT.fullmatch(value):
         return None
-    if isinstance(value, str):
-        try:
-            value = int(value)
-        except ValueError:
-            return None
-    if isinstance(value, int) and INT64_MIN <= value <= INT64_MAX:
-        return value
-    return None
+    number = int(value)
+    return number if INT64_MIN <= number <= INT64_MAX else None
+
+
+# At most 20 digits: Int64's; longer is out of range anyway (and int() of thousands of
+# digits is slow).
+_INTEGER_TEXT = re.compile(r"-?[0-9]{1,20}")

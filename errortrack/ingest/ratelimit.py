@@ -7,13 +7,13 @@ batch of 100 logs under a limit of 10/s) and returns the ones that are, with the
 The debt is bounded: a category whose charge would leave more than ``MAX_DEBT_SECONDS``
 of it is not charged but refused like one in debt (one envelope of 20,000 logs under a
 limit of 2/s went through and then shut the project's logs out for 2.8 hours). As Relay
-does, ingest then drops only the items of those categories: the envelope's other items are stored and its answer is a 200 naming
-the limited categories in ``X-Sentry-Rate-Limits`` (SDKs read that header on any answer,
-develop.sentry.dev "Rate Limiting"); only when nothing is left to store is it a 429 with
-``Retry-After`` (the longest wait) and the same header, e.g.
-``12:log_item:project:rate_limited``. SDKs then hold back only those categories: a burst
-of logs no longer stops a project's errors. A request refused after paying (the spool
-full: 503) gets its items back with ``refund``.
+does, ingest then drops only the items of those categories: the envelope's other items
+are stored and its answer is a 200 naming the limited categories in
+``X-Sentry-Rate-Limits`` (SDKs read that header on any answer, develop.sentry.dev "Rate
+Limiting"); only when nothing is left to store is it a 429 with ``Retry-After`` (the
+longest wait) and the same header, e.g. ``12:log_item:project:rate_limited``. SDKs then
+hold back only those categories: a burst of logs no longer stops a project's errors. A
+request refused after paying (the spool full: 503) gets its items back with ``refund``.
 
 Per process: with N gunicorn workers (server mode; the embedded default runs one) each
 keeps its own buckets at the full setting. An SDK's keep-alive connection stays on one

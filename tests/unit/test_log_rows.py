@@ -68,6 +68,45 @@ def test_trace_and_span_only_inside_a_span():
     assert (node["trace_id"], node["span_id"]) == (TRACE, "a17ad1e8085dc132")
 
 
+def test_a_span_id_that_is_no_string_leaves_nodes_parent_span_attribute_in_charge():
+    # A truthy non-string span_id (5) hid the attribute: the log was filed outside spans.
+    (row,) = rows(
+        {
+            "level": "info",
+            "body": "n",
+            "trace_id": TRACE,
+            "span_id": 5,
+            "timestamp": 1,
+            "attributes": {
+                "sentry.trace.parent_span_id": {"value": "a17ad1e8085dc132", "type": "string"}
+            },
+        }
+    )
+    assert (row["trace_id"], row["span_id"]) == (TRACE, "a17ad1e8085dc132")
+
+
+@pytest.mark.parametrize(
+    ("sent", "filed"),
+    [
+        ("12", 12),
+        ("-12", -12),
+        ("007", 7),
+        (" 12 ", None),  # Python's int() strips spaces, reads "1_000" and other scripts'
+        ("1_000", None),  # digits; no JSON reader takes those for an integer, so a
+        ("\u0663", None),  # filter attr[k]=1000 found a log that sent "1_000"
+        ("+12", None),
+        ("1.0", None),
+        ("", None),
+        ("9223372036854775808", None),  # past Int64
+    ],
+)
+def test_integers_sent_as_strings_are_filed_only_when_plain_ascii_digits(sent, filed):
+    attrs = {"k": {"value": sent, "type": "integer"}}
+    (row,) = rows({"level": "info", "body": "b", "timestamp": 1, "attributes": attrs})
+    assert row["attributes"] == attrs  # stored as sent either way
+    assert row["attr_int"] == ({} if filed is None else {"k": filed})
+
+
 def test_attributes_exact_and_typed_maps():
     attrs = {
         "s": {"value": "x", "type": "string"},
