@@ -1,6 +1,7 @@
 """Real SDK envelopes through the HTTP ingest, the spool, the writer and its grouping hook,
 into chDB (events, spans) and the relational store (issues)."""
 
+import time
 from pathlib import Path
 
 import orjson
@@ -207,3 +208,58 @@ def test_the_payload_column_holds_the_event_exactly_as_sent(
         )
     )
     assert stored == {"c" * 32: one_line.decode(), "d" * 32: pretty.decode()}
+
+
+def _transaction_envelope(event_id):
+    now = time.time()
+    tx = orjson.dumps(
+        {
+            "type": "transaction",
+            "transaction": "t",
+            "start_timestamp": now - 1,
+            "timestamp": now,
+            "contexts": {"trace": {"trace_id": "a" * 32, "span_id": "b" * 16}},
+            "spans": [],
+        }
+    )
+    header = orjson.dumps({} if event_id is None else {"event_id": event_id})
+    return header + b"\n" + orjson.dumps({"type": "transaction", "length": len(tx)}) + b"\n" + tx
+
+
+def _span_count(clickhouse, pid):
+    query = "SELECT count() FROM spans WHERE project_id = {p:UInt64}"
+    return clickhouse.query_rows(query, parameters={"p": pid})[0][0]
+
+
+def test_a_transaction_is_answered_with_its_id_held_to_an_events_rule(
+    state, ingest_client, project, clickhouse
+):
+    # The header's event_id was echoed as sent for a transaction ("not-an-id <x>" came
+    # back), where an event's is refused or answered as 32 lower-case hex (ingest review).
+    pid, key = project
+    url = f"/api/{pid}/envelope/"
+    for bad in ("not-an-id <x>", 7, "a" * 31):
+        resp = ingest_client.simulate_post(
+            url, body=_transaction_envelope(bad), headers=sentry_auth(key)
+        )
+        assert resp.status_code == 400, resp.text
+        assert resp.json["error"]["message"] == "event_id must be 32 hexadecimal characters"
+    store = ingest_client.simulate_post(
+        f"/api/{pid}/store/",
+        body=orjson.dumps({"type": "transaction", "event_id": "zzz", "timestamp": time.time()}),
+        headers=sentry_auth(key),
+    )
+    assert store.status_code == 400, store.text
+    state.ingest.writer.drain()
+    assert _span_count(clickhouse, pid) == 0
+    dashed = "AACF9E42-AA11-4D73-ACCF-ED70A6848B69"
+    resp = ingest_client.simulate_post(
+        url, body=_transaction_envelope(dashed), headers=sentry_auth(key)
+    )
+    assert resp.status_code == 200 and resp.json == {"id": FIRST_ID}
+    none = ingest_client.simulate_post(
+        url, body=_transaction_envelope(None), headers=sentry_auth(key)
+    )
+    assert none.status_code == 200 and none.json == {}
+    state.ingest.writer.drain()
+    assert _span_count(clickhouse, pid) == 2
