@@ -152,8 +152,15 @@ def _accept(
         # before any item is read.
         if kind in _EVENT_KINDS:
             _check_size(f"{kind} item", payload, ingest.max_event_bytes)
-    for kind, item_header, payload in parts:
-        rows = _dispatch(kind, payload, item_header, ctx)
+    for number, (kind, item_header, payload) in enumerate(parts, 1):
+        try:
+            rows = _dispatch(kind, payload, item_header, ctx)
+        except BadRequest as exc:
+            if len(parts) > 1:
+                # Named as the parser names framing errors ("item 2 (log) is truncated"):
+                # which of an envelope's items was refused.
+                exc.message = f"item {number} ({kind}): {exc.message}"
+            raise
         if items.drop_too_old(rows, ctx):
             # Expired on arrival: neither stored nor grouped, and not charged. An item
             # left with nothing goes like a rate-limited one: no event id in the answer.

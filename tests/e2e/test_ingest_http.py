@@ -971,3 +971,16 @@ def test_an_event_over_the_event_cap_is_413_and_stores_nothing(state, project, c
         assert clickhouse.query_rows("SELECT count() FROM events")[0][0] == 1
     finally:
         st.ingest.writer.spool.close()
+
+
+def test_a_refused_item_of_several_is_named_in_the_message(ingest_client, project, clickhouse):
+    # Framing errors named the item; its payload's errors did not, so a sender could not
+    # tell which of an envelope's items was wrong (ingest review).
+    pid, key = project
+    body = log_envelope([_log("fine")]) + b'{"type":"log"}\n{"items":5}\n'
+    resp = _post(ingest_client, pid, body, sentry_auth(key))
+    _error(resp, 400, "bad_request")
+    assert resp.json["error"]["message"].startswith("item 2 (log): log item payload"), resp.text
+    alone = _post(ingest_client, pid, b'{}\n{"type":"log"}\n{"items":5}\n', sentry_auth(key))
+    assert alone.json["error"]["message"].startswith("log item payload"), alone.text
+    assert _logs(clickhouse, pid) == []
