@@ -90,10 +90,16 @@ class UnsupportedMediaType(ErrortrackError):
 
 class UnsupportedContentEncoding(UnsupportedMediaType):
     """A body in a content coding the server does not decode. RFC 9110 15.5.16: the
-    answer says which codings it takes (only identity)."""
+    answer says which codings it takes (the management API: only identity)."""
+
+    def __init__(
+        self, message: str, *, field: str | None = None, accepted: str = "identity"
+    ) -> None:
+        super().__init__(message, field=field)
+        self.accepted = accepted
 
     def headers(self) -> dict[str, str]:
-        return {"Accept-Encoding": "identity"}
+        return {"Accept-Encoding": self.accepted}
 
 
 class _RetryLater(ErrortrackError):

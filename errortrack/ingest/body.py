@@ -18,7 +18,7 @@ import brotli
 import orjson
 import zstandard
 
-from errortrack.errors import BadRequest, PayloadTooLarge
+from errortrack.errors import BadRequest, PayloadTooLarge, UnsupportedContentEncoding
 
 CHUNK = 64 * 1024
 
@@ -160,10 +160,13 @@ def corrupt(encoding: str, exc: Exception) -> BadRequest:
     return BadRequest(f"body is not valid {encoding}: {exc}", field="Content-Encoding")
 
 
-def unsupported(encoding: str) -> BadRequest:
-    return BadRequest(
+def unsupported(encoding: str) -> UnsupportedContentEncoding:
+    # 415 with the codings taken (RFC 9110 15.5.16), as the management API answers: the
+    # body may be a fine envelope, in a coding this server does not read.
+    return UnsupportedContentEncoding(
         f"unsupported Content-Encoding {encoding!r}; use gzip, x-gzip, deflate, br, zstd or none",
         field="Content-Encoding",
+        accepted="gzip, x-gzip, deflate, br, zstd, identity",
     )
 
 

@@ -9,7 +9,7 @@ import zlib
 import brotli
 import pytest
 
-from errortrack.errors import BadRequest, PayloadTooLarge
+from errortrack.errors import BadRequest, PayloadTooLarge, UnsupportedContentEncoding
 from errortrack.ingest import body
 from errortrack.ingest.body import read_body
 from tests.ingest_support import ENCODERS
@@ -63,10 +63,11 @@ def test_corrupt_bodies_are_400(encoding):
     assert f"not valid {encoding}" in info.value.message
 
 
-def test_unknown_encoding_is_400():
-    with pytest.raises(BadRequest) as info:
+def test_unknown_encoding_is_415_naming_the_codings_taken():
+    with pytest.raises(UnsupportedContentEncoding) as info:
         read_body(io.BytesIO(b"x"), "compress", 10)
-    assert info.value.field == "Content-Encoding"
+    assert (info.value.status, info.value.field) == (415, "Content-Encoding")
+    assert info.value.headers() == {"Accept-Encoding": "gzip, x-gzip, deflate, br, zstd, identity"}
 
 
 def _cut(encoding: str) -> bytes:
