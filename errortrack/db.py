@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -189,9 +191,37 @@ def commit(session: Session) -> None:
         session.commit()
     except sa.exc.SQLAlchemyError as ex:  # refused, or no connection (a full pool)
         session.rollback()
-        log.warning(
-            "last-use times not recorded: %s", type(getattr(ex, "orig", None) or ex).__name__
-        )
+        since = _refused.due(_monotonic())
+        if since is not None:
+            more = f" ({since} more since the last warning)" if since else ""
+            name = type(getattr(ex, "orig", None) or ex).__name__
+            log.warning("last-use times not recorded: %s%s", name, more)
+
+
+class _Refused:
+    """When a refused bookkeeping write is worth a warning: once a minute. Every request
+    with a token or a cookie retries its write while the store refuses (nothing was
+    recorded, so its use is still due), and a busy client logged a line per request."""
+
+    EVERY = 60.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: float | None = None
+        self._quiet = 0
+
+    def due(self, now: float) -> int | None:
+        """None: stay quiet; else how many refusals went unsaid since the last warning."""
+        with self._lock:
+            if self._last is not None and now - self._last < self.EVERY:
+                self._quiet += 1
+                return None
+            quiet, self._quiet, self._last = self._quiet, 0, now
+            return quiet
+
+
+_refused = _Refused()
+_monotonic = time.monotonic
 
 
 @contextmanager
