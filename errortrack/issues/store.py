@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -93,13 +93,26 @@ def find_issues(session: Session, keys: Iterable[Key]) -> dict[Key, int]:
         by_project.setdefault(project_id, []).append(fp)
     found: dict[Key, int] = {}
     for project_id, fps in by_project.items():
-        rows = session.execute(
-            sa.select(Issue.id, Issue.fingerprint).where(
-                Issue.project_id == project_id, Issue.fingerprint.in_(fps)
+        for part in _parts(fps):
+            rows = session.execute(
+                sa.select(Issue.id, Issue.fingerprint).where(
+                    Issue.project_id == project_id, Issue.fingerprint.in_(part)
+                )
             )
-        )
-        found.update({(project_id, fp): issue_id for issue_id, fp in rows})
+            found.update({(project_id, fp): issue_id for issue_id, fp in rows})
     return found
+
+
+# Values per IN list. An IN list binds one parameter per value: PostgreSQL's protocol
+# takes at most 65,535 in a statement (SQLite's limit is a build option, 32,766
+# upstream), and one batch can hold any number of issues (one envelope of 70,000 events:
+# the hook failed on every retry and the writer stopped all ingest behind it).
+IN_LIST = 10_000
+
+
+def _parts(values: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(values), IN_LIST):
+        yield values[start : start + IN_LIST]
 
 
 def existing_projects(session: Session, project_ids: Iterable[int]) -> set[int]:
@@ -112,9 +125,10 @@ def existing_issues(session: Session, issue_ids: Iterable[int]) -> set[int]:
 
 def _existing(session: Session, column: Any, wanted: Iterable[int]) -> set[int]:
     ids = sorted(set(wanted))
-    if not ids:
-        return set()
-    return set(session.scalars(sa.select(column).where(column.in_(ids))))
+    found: set[int] = set()
+    for part in _parts(ids):
+        found.update(session.scalars(sa.select(column).where(column.in_(part))))
+    return found
 
 
 def create_issues(session: Session, groups: dict[Key, Group]) -> None:
@@ -227,10 +241,10 @@ def add_counts(
     result = session.connection().execute(_ADD_COUNTS, params)
     if result.rowcount == len(params):
         return set()
-    rows = session.execute(
-        sa.select(Issue.project_id, Issue.fingerprint, Issue.id).where(
-            Issue.id.in_([i for i, _ in counts.values()])
+    present: set[tuple[Any, ...]] = set()
+    for part in _parts([i for i, _ in counts.values()]):
+        rows = session.execute(
+            sa.select(Issue.project_id, Issue.fingerprint, Issue.id).where(Issue.id.in_(part))
         )
-    )
-    present = {tuple(row) for row in rows}
+        present.update(tuple(row) for row in rows)
     return {k for k, (i, _) in counts.items() if (k[0], k[1], i) not in present}

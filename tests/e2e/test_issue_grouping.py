@@ -288,3 +288,49 @@ def test_old_batch_tokens_are_pruned(sessions, clock, project_id):
     with db.unit_of_work(sessions) as session:
         assert set(session.scalars(sa.select(GroupedBatch.token))) == {"new"}
     assert issues(sessions)["KeyError: boom"].event_count == 2
+
+
+def _word(n: int) -> str:
+    import string
+
+    out = ""
+    while True:
+        n, r = divmod(n, 26)
+        out += string.ascii_lowercase[r]
+        if not n:
+            return out
+
+
+def test_a_batch_of_more_issues_than_a_statement_can_bind_is_grouped(
+    state, ingest_client, project, clickhouse
+):
+    """One envelope of 70,000 events (a DSN key is public: anyone can send it) made the
+    grouping look its fingerprints up with one bound parameter each: PostgreSQL takes at
+    most 65,535, the hook failed on every retry, and the writer, which takes the oldest
+    segment first, stopped all ingest behind it (review, twenty-seventh session)."""
+    import orjson
+    import sqlalchemy as sa
+
+    from errortrack.models import Issue
+    from tests.ingest_support import log_envelope, sentry_auth
+
+    pid, key = project
+    n = 70_000
+    parts = [b"{}"]
+    for i in range(n):  # digits would be normalised away: one issue per distinct word
+        parts += [b'{"type":"event"}', orjson.dumps({"message": f"failure {_word(i)}"})]
+    body = b"\n".join(parts) + b"\n"
+    url = f"/api/{pid}/envelope/"
+    assert ingest_client.simulate_post(url, body=body, headers=sentry_auth(key)).status_code == 200
+    later = log_envelope([{"timestamp": 1.0e9, "level": "info", "body": "later"}])
+    assert ingest_client.simulate_post(url, body=later, headers=sentry_auth(key)).status_code == 200
+    state.ingest.writer.drain()
+    with state.sessions() as session:
+        issues = session.scalar(
+            sa.select(sa.func.count()).select_from(Issue).where(Issue.project_id == pid)
+        )
+    assert issues == n
+    logs = clickhouse.query_rows(
+        "SELECT count() FROM logs WHERE project_id = {p:UInt64}", parameters={"p": pid}
+    )
+    assert logs[0][0] == 1
