@@ -378,14 +378,16 @@ def _is_group(exc: dict[str, Any]) -> bool:
 
 def _exception_group_filter(
     chain: list[dict[str, Any]], counted: list[list[tuple[bool, str]]]
-) -> list[int] | None:
-    """Indices of the exceptions to hash, in event order; None to keep the whole chain.
+) -> tuple[list[int], int | None] | None:
+    """Indices of the exceptions to hash, in hashing order, and the main exception (the
+    one the issue is titled by) when there is one; None to keep the whole chain.
 
     Sentry's filter_exceptions_for_exception_groups: rebuild the tree from the mechanism's
     exception_id / parent_id, take the first exceptions below the root that are not
-    groups; if they are all alike, hash one of them and its first-child chain, else one of
-    each distinct kind plus the root group. Otherwise a group of five identical failures
-    and one of two were two issues.
+    groups; if they are all alike, hash one of them and its first-child chain (it is the
+    main exception), else one of each distinct kind, by type descending, plus the root
+    group. Otherwise a group of five identical failures and one of two were two issues,
+    and a TaskGroup's failures (listed in the order the tasks failed) one per order.
     """
     if len(chain) < 2:
         return None
@@ -429,24 +431,44 @@ def _exception_group_filter(
         value = "" if frames else normalise_message(_text(exc.get("value")))
         distinct.setdefault((_text(exc.get("type")), tuple(frames), value), i)
     if len(distinct) == 1:
-        [i] = distinct.values()
+        [main] = distinct.values()
         path: set[int] = set()
+        i = main
         while i not in path:
             path.add(i)
             below = child_indices(i)
             if not below:
                 break
             i = below[0]
-        return sorted(path)
-    return sorted({*distinct.values(), root})
+        return sorted(path), main
+    # By type descending as Sentry sorts them; kinds of one type by their frames and
+    # value, so that those too come in one order whatever failed first.
+    kinds = sorted(sorted(distinct), key=lambda kind: kind[0], reverse=True)
+    return [distinct[kind] for kind in kinds if distinct[kind] != root] + [root], None
+
+
+def main_exception(event: dict[str, Any]) -> dict[str, Any] | None:
+    """The exception an issue is titled by: the one raised (the chain's last) or, in an
+    exception group whose top-level exceptions are all alike, that one, which alone is
+    hashed (Sentry's ``main_exception_id``); None without exceptions."""
+    chain = exceptions(event)
+    if not chain:
+        return None
+    if any(_is_group(exc) for exc in chain):
+        platform = _platform(event)
+        counted = [_counted_frames(exc.get("stacktrace"), platform) for exc in chain]
+        selected = _exception_group_filter(chain, counted)
+        if selected is not None and selected[1] is not None:
+            return chain[selected[1]]
+    return chain[-1]
 
 
 def _exception_parts(values: list[dict[str, Any]], platform: str) -> list[str] | None:
     counted = [_counted_frames(exc.get("stacktrace"), platform) for exc in values]
     selected = _exception_group_filter(values, counted)
     if selected is not None:
-        values = [values[i] for i in selected]
-        counted = [counted[i] for i in selected]
+        values = [values[i] for i in selected[0]]
+        counted = [counted[i] for i in selected[0]]
     typed = [i for i, exc in enumerate(values) if isinstance(exc.get("type"), str) and exc["type"]]
     if not typed:
         return None

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from errortrack import nested
-from errortrack.issues.fingerprint import exceptions, frames_of, message_text
+from errortrack.issues.fingerprint import exceptions, frames_of, main_exception, message_text
 
 TITLE_MAX = 200
 CULPRIT_MAX = 200
@@ -106,9 +106,9 @@ def _shown(value: list[Any] | dict[str, Any]) -> str:
 
 
 def title(event: dict[str, Any]) -> str:
-    """``Type: value`` of the raised exception, else the message."""
-    chain = exceptions(event)
-    raised = chain[-1] if chain else None
+    """``Type: value`` of the raised exception (of the one failure an exception group of
+    identical ones holds, as it is grouped), else the message."""
+    raised = main_exception(event)
     if raised is not None and isinstance(raised.get("type"), str) and raised["type"]:
         value = raised.get("value")
         if isinstance(value, str) and value.strip():

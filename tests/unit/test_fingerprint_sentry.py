@@ -271,6 +271,41 @@ def test_an_exception_group_does_not_split_by_how_many_identical_children_failed
     assert fingerprint_parts(two) == ["exception", "type:ValueError", "app.jobs:fetch"]
 
 
+def test_a_group_of_the_same_distinct_failures_in_another_order_is_one_issue():
+    # asyncio.TaskGroup lists its children in the order the tasks failed: the same two
+    # failures were two issues by timing. Sentry sorts the top-level exceptions by type
+    # (descending) before taking one of each (review, twenty-seventh session).
+    first = group_event([("ValueError", "fetch"), ("KeyError", "parse")])
+    second = group_event([("KeyError", "parse"), ("ValueError", "fetch")])
+    third = group_event([("KeyError", "parse"), ("ValueError", "fetch"), ("KeyError", "parse")])
+    assert fingerprint(first) == fingerprint(second) == fingerprint(third)
+    assert fingerprint_parts(first) == [
+        "exception",
+        "type:ValueError",
+        "app.jobs:fetch",
+        "type:KeyError",
+        "app.jobs:parse",
+        "type:ExceptionGroup",
+        "app.jobs:run_all",
+    ]
+    # The same type from two places: still one order, whichever failed first.
+    a = group_event([("ValueError", "fetch"), ("ValueError", "parse")])
+    b = group_event([("ValueError", "parse"), ("ValueError", "fetch")])
+    assert fingerprint(a) == fingerprint(b)
+
+
+def test_a_group_of_identical_failures_is_titled_by_the_failure():
+    # Grouped by the one child, titled by the group ("ExceptionGroup: 3 failed"): Sentry
+    # titles it by that child (main_exception_id).
+    from errortrack.issues import summary
+
+    alike = group_event([("ValueError", "fetch")] * 3)
+    # The first below the root as Sentry walks the tree (from the chain's end): child 3.
+    assert summary.title(alike) == "ValueError: child 3"
+    mixed = group_event([("ValueError", "fetch"), ("KeyError", "parse")])
+    assert summary.title(mixed) == "ExceptionGroup: 2 failed"
+
+
 def test_distinct_children_of_a_group_are_each_hashed_once_with_the_group():
     mixed = group_event([("ValueError", "fetch"), ("KeyError", "parse"), ("ValueError", "fetch")])
     parts = fingerprint_parts(mixed)
