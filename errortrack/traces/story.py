@@ -95,8 +95,12 @@ def trace_spans(
     select = f"SELECT {SPAN_COLUMNS} FROM spans WHERE {_WHERE}"
     order = f"{_ORDER} LIMIT 1 BY span_id"
     if cursor is not None:
+        # Each span id's first copy, then the cursor: the cursor first let a later copy
+        # of a span id listed before it (a sender's retry with another start) come again.
+        # The trace's spans are all read for that, by its key as the count reads them.
+        select = f"SELECT {SPAN_COLUMNS} FROM ({select} {order}) WHERE"
         rows = store.query_rows(
-            _budgeted(f"{select} AND {_SPANS_AFTER} {order} LIMIT {{limit:UInt32}}"),
+            _budgeted(f"{select} {_SPANS_AFTER} {_ORDER} LIMIT {{limit:UInt32}}"),
             {**params, **limit, "c_start": ch_time(cursor.start), "c_id": cursor.span_id},
         )
     elif not page.past_end(total):

@@ -477,3 +477,23 @@ def test_pages_of_spans_and_logs_stop_at_their_byte_budget(world, monkeypatch):
     assert 1 <= story["span_count"] < 10 and len(story["logs"]) == 1
     logs = _get(world, "viewer", f"/api/projects/{p}/logs", "per_page=100").json
     assert len(logs["items"]) == 1 and logs["total_count"] == 4 and logs["next_cursor"]
+
+
+def test_a_span_id_stored_twice_is_walked_once(world):
+    """Each span id once (its earliest copy), on numbered pages and in a cursor walk: the
+    walk dropped duplicates within each page only, so a copy with a later start came
+    again after the cursor had passed the first (review, twenty-seventh session)."""
+    p = world.project_id
+    add_span(world.state, p, T, "a" * 16, at=0)
+    add_span(world.state, p, T, "b" * 16, at=1)
+    add_span(world.state, p, T, "a" * 16, at=2)  # the same span id again, later
+    path = f"/api/projects/{p}/traces/{T}/spans"
+    body = _get(world, "viewer", path, "per_page=1").json
+    walked = [s["span_id"] for s in body["items"]]
+    while body["next_cursor"]:
+        body = _get(world, "viewer", path, f"per_page=1&cursor={body['next_cursor']}").json
+        walked += [s["span_id"] for s in body["items"]]
+    assert walked == ["a" * 16, "b" * 16]
+    numbered = _get(world, "viewer", path, "per_page=5").json
+    assert [s["span_id"] for s in numbered["items"]] == walked
+    assert numbered["total_count"] == 2
