@@ -90,6 +90,10 @@ def parse_text(raw: str) -> str | None:
     return value or None
 
 
+# A time's fraction of a second (ISO 8601 allows a comma); no other part has a . or a ,.
+_FRACTION = re.compile(r"[.,]([0-9]+)")
+
+
 def parse_time(raw: str, field: str) -> dt.datetime:
     """ISO 8601; a time without an offset is taken as UTC (the server runs in UTC)."""
     text = raw.strip()
@@ -97,6 +101,12 @@ def parse_time(raw: str, field: str) -> dt.datetime:
         text = text[:-1] + "Z"  # RFC 3339 allows a lower-case z; Python 3.11 does not
     try:
         value = dt.datetime.fromisoformat(text)
+        fraction = _FRACTION.search(text)
+        if fraction is not None and fraction.group(1)[6:].strip("0"):
+            # Finer than a microsecond, which fromisoformat cuts off: rounded up instead,
+            # to the first microsecond (logs are kept to one) not before the time sent,
+            # so that an inclusive start and an exclusive end both mean what they say.
+            value += dt.timedelta(microseconds=1)
         if value.tzinfo is None:
             value = value.replace(tzinfo=dt.UTC)
         # Near year 1 or 9999 an offset carries the UTC time out of datetime's range.

@@ -73,6 +73,20 @@ def test_times():
     assert _field(parse_time, "9999-12-31T23:59:59-01:00", "end") == "end"
 
 
+def test_times_finer_than_a_microsecond_round_up_to_the_next():
+    # Logs are kept to the microsecond; Python's fromisoformat cut further digits off, so
+    # an inclusive start took a log before it and an exclusive end left out one before
+    # it (review, twenty-seventh session). Rounded up, both bounds keep their meaning.
+    ten = dt.datetime(2026, 11, 1, 12, 0, 10, tzinfo=dt.UTC)
+    micro = dt.timedelta(microseconds=1)
+    assert parse_time("2026-11-01T12:00:10.0000001Z", "start") == ten + micro
+    assert parse_time("2026-11-01T12:00:10.0000000Z", "end") == ten
+    assert parse_time("2026-11-01T12:00:10.000001000Z", "end") == ten + micro
+    assert parse_time("2026-11-01T12:00:10.9999999+00:00", "end") == ten + 1_000_000 * micro
+    assert parse_time("2026-11-01T12:00:10,0000001Z", "start") == ten + micro
+    assert _field(parse_time, "9999-12-31T23:59:59.9999999Z", "end") == "end"
+
+
 @pytest.mark.parametrize(
     ("text", "integer", "double"),
     [
