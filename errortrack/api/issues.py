@@ -17,7 +17,6 @@ from errortrack.api.schemas.issues import (
     EventOut,
     EventPageOut,
     EventPath,
-    EventQuery,
     EventsQuery,
     EventSummaryOut,
     IssueOut,
@@ -104,7 +103,6 @@ class IssueEvent:
 
     @api_doc(
         "One event of an issue, with its payload; event_id: 32 hex digits or a UUID",
-        query=EventQuery,
         path=EventPath,
         response=EventOut,
         tags=_TAGS,
@@ -120,7 +118,6 @@ class IssueEvent:
         db = session(req)
         require_project(db, principal(req), project_id, "read")
         service.get_issue(db, project_id=project_id, issue_id=issue_id)  # 404 if not there
-        load_query(req, EventQuery)
         wanted = read.parse_event_id(event_id)
         event = read.issue_event(self._state.api_clickhouse, project_id, issue_id, wanted)
         resp.media = _event(event)
@@ -232,7 +229,6 @@ class ProjectEvent:
     @api_doc(
         "One event of the project by its id, whatever its issue, with its payload; "
         "event_id: 32 hex digits or a UUID",
-        query=EventQuery,
         path=EventPath,
         response=EventOut,
         tags=_TAGS,
@@ -242,7 +238,6 @@ class ProjectEvent:
     ) -> None:
         db = session(req)
         require_project(db, principal(req), project_id, "read")
-        load_query(req, EventQuery)
         event = read.project_event(
             self._state.api_clickhouse, project_id, read.parse_event_id(event_id)
         )

@@ -249,9 +249,10 @@ def _success(doc: ApiDoc) -> dict[str, Any]:
 
 
 def _errors(doc: ApiDoc, has_path_params: bool) -> dict[str, Any]:
-    wanted = set()
-    if doc.query or doc.request:
-        wanted.add("400")
+    # Every documented operation checks its query (an unknown parameter is a 400, the
+    # middleware's NoQuery where there is no query schema) and reads its own path
+    # parameters (a malformed trace or event id is a 400 too).
+    wanted = {"400"}
     if doc.auth:
         wanted |= {"401", "403"}
     if has_path_params:

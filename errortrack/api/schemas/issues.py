@@ -251,10 +251,6 @@ class LatestEventQuery(_EventFilters):
         return self._filters(data)
 
 
-class EventQuery(Schema):
-    """No parameters: an unknown one is a 400, as on every route with a query schema."""
-
-
 class EventPath(Schema):
     """The path's ``{event_id}`` as the document states it (``ApiDoc.path``), as
     ``read.parse_event_id`` reads it (a 400 otherwise); it was a bare string."""
