@@ -175,13 +175,7 @@ def as_float(value: str) -> float | None:
     if not _FLOAT.fullmatch(value):
         return None  # float() also takes "1_5", " 15 ", "nan" and non-ASCII digits
     number = float(value)
-    if not math.isfinite(number):
-        return None
-    if _INT.fullmatch(value) and int(value) != number:
-        # An integer no double holds (past 2**53): its nearest double is another number,
-        # and "attr[n]=9007199254740993" found a double 9007199254740992.0.
-        return None
-    return number
+    return number if math.isfinite(number) else None
 
 
 def as_bool(value: str) -> bool | None:
