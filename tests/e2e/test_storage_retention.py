@@ -292,12 +292,15 @@ def test_a_pass_goes_on_when_the_rows_of_deleted_projects_cannot_be_deleted(
     with db.unit_of_work(sessions) as s:
         pid = create_project(s, name="p").id
         manage.delete_project(s, s.get(Project, pid), now=today)
-    rows.add_logs(clickhouse, pid, [today - 400 * D], retention=1)  # expired long ago
+    # Alive by the real clock, so that ClickHouse's own TTL cannot drop it before the
+    # pass (a row 400 days old sometimes was, and the pass found nothing to expire);
+    # expired by the pass's clock, three days on.
+    rows.add_logs(clickhouse, pid, [today], retention=1)
 
     def refuse(store, project_ids, wait=True):
         raise DriverError("mutations refused")
 
     monkeypatch.setattr(deleted, "delete_rows", refuse)
-    report = _pass(sessions, clickhouse, today)
+    report = _pass(sessions, clickhouse, today + 3 * D)
     assert [p.table for p in report.expired] == ["logs"]  # the rest of the pass ran
     assert "could not delete the rows of deleted projects" in caplog.text
