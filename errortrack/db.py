@@ -10,9 +10,9 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -21,6 +21,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class UTCDateTime(sa.types.TypeDecorator[dt.datetime]):
@@ -165,6 +167,19 @@ def bounded_sessionmaker(engine: Engine, seconds: float) -> sessionmaker[Session
             connection.exec_driver_sql(timeout)
 
     return factory
+
+
+# Values per IN list. An IN list binds one parameter per value: PostgreSQL's protocol
+# takes at most 65,535 in a statement (SQLite's limit is a build option, 32,766
+# upstream), and one ingest batch can hold any number of issues (one envelope of 70,000
+# events: the grouping failed on every retry and the writer stopped all ingest behind it).
+IN_LIST = 10_000
+
+
+def in_parts(values: Sequence[T], size: int = IN_LIST) -> Iterator[Sequence[T]]:
+    """``values`` in slices of at most ``size``, one IN list each."""
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
 
 
 _BOOKKEEPING = "errortrack.bookkeeping"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from errortrack import timestamps
-from errortrack.db import UTCDateTime
+from errortrack.db import UTCDateTime, in_parts
 from errortrack.models import GroupedBatch, Issue, Project
 
 Key = tuple[int, str]  # (project_id, fingerprint)
@@ -93,7 +93,7 @@ def find_issues(session: Session, keys: Iterable[Key]) -> dict[Key, int]:
         by_project.setdefault(project_id, []).append(fp)
     found: dict[Key, int] = {}
     for project_id, fps in by_project.items():
-        for part in _parts(fps):
+        for part in in_parts(fps):
             rows = session.execute(
                 sa.select(Issue.id, Issue.fingerprint).where(
                     Issue.project_id == project_id, Issue.fingerprint.in_(part)
@@ -101,18 +101,6 @@ def find_issues(session: Session, keys: Iterable[Key]) -> dict[Key, int]:
             )
             found.update({(project_id, fp): issue_id for issue_id, fp in rows})
     return found
-
-
-# Values per IN list. An IN list binds one parameter per value: PostgreSQL's protocol
-# takes at most 65,535 in a statement (SQLite's limit is a build option, 32,766
-# upstream), and one batch can hold any number of issues (one envelope of 70,000 events:
-# the hook failed on every retry and the writer stopped all ingest behind it).
-IN_LIST = 10_000
-
-
-def _parts(values: Sequence[Any]) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(values), IN_LIST):
-        yield values[start : start + IN_LIST]
 
 
 def existing_projects(session: Session, project_ids: Iterable[int]) -> set[int]:
@@ -126,7 +114,7 @@ def existing_issues(session: Session, issue_ids: Iterable[int]) -> set[int]:
 def _existing(session: Session, column: Any, wanted: Iterable[int]) -> set[int]:
     ids = sorted(set(wanted))
     found: set[int] = set()
-    for part in _parts(ids):
+    for part in in_parts(ids):
         found.update(session.scalars(sa.select(column).where(column.in_(part))))
     return found
 
@@ -242,7 +230,7 @@ def add_counts(
     if result.rowcount == len(params):
         return set()
     present: set[tuple[Any, ...]] = set()
-    for part in _parts([i for i, _ in counts.values()]):
+    for part in in_parts([i for i, _ in counts.values()]):
         rows = session.execute(
             sa.select(Issue.project_id, Issue.fingerprint, Issue.id).where(Issue.id.in_(part))
         )

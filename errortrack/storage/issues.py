@@ -11,11 +11,13 @@ events, in chunks so that a large instance never builds one giant ``IN`` list.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from errortrack.analytics import ClickHouse
+from errortrack.db import in_parts
 from errortrack.models import Issue
 
 CHUNK = 5000
@@ -48,10 +50,8 @@ def without_events(session: Session, store: ClickHouse, ids: list[int]) -> list[
     an event still under one came in meanwhile, whatever its date (an SDK's retry after
     an outage can be dated before the cutoff, so ``last_seen`` alone does not tell)."""
     candidates: list[tuple[int, int]] = []
-    for start in range(0, len(ids), CHUNK):
-        query = sa.select(Issue.id, Issue.project_id).where(
-            Issue.id.in_(ids[start : start + CHUNK])
-        )
+    for chunk in in_parts(ids, CHUNK):
+        query = sa.select(Issue.id, Issue.project_id).where(Issue.id.in_(chunk))
         candidates.extend((int(i), int(p)) for i, p in session.execute(query))
     return _eventless(store, candidates, None)
 
@@ -61,15 +61,14 @@ def _eventless(
 ) -> list[int]:
     """Of (issue id, project id) pairs, the ids with no event (at or after ``since``)."""
     gone: list[int] = []
-    for start in range(0, len(candidates), CHUNK):
-        chunk = candidates[start : start + CHUNK]
+    for chunk in in_parts(candidates, CHUNK):
         alive = _with_events(store, chunk, since)
         gone.extend(issue_id for issue_id, _ in chunk if issue_id not in alive)
     return gone
 
 
 def _with_events(
-    store: ClickHouse, chunk: list[tuple[int, int]], since: dt.datetime | None
+    store: ClickHouse, chunk: Sequence[tuple[int, int]], since: dt.datetime | None
 ) -> set[int]:
     # project_id leads the events ordering key, so naming the projects prunes granules.
     where = "project_id IN {projects:Array(UInt64)} AND issue_id IN {ids:Array(UInt64)}"
@@ -90,8 +89,7 @@ def remove(session: Session, ids: list[int], *, last_seen_before: dt.datetime) -
     last_seen) stays, or that event would sit in ClickHouse under an issue that is gone.
     Returns how many went."""
     removed = 0
-    for start in range(0, len(ids), CHUNK):
-        chunk = ids[start : start + CHUNK]
+    for chunk in in_parts(ids, CHUNK):
         query = sa.delete(Issue).where(Issue.id.in_(chunk), Issue.last_seen < last_seen_before)
         removed += session.execute(query).rowcount or 0  # type: ignore[attr-defined]
     session.flush()

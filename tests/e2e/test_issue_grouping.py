@@ -308,9 +308,6 @@ def test_a_batch_of_more_issues_than_a_statement_can_bind_is_grouped(
     grouping look its fingerprints up with one bound parameter each: PostgreSQL takes at
     most 65,535, the hook failed on every retry, and the writer, which takes the oldest
     segment first, stopped all ingest behind it (review, twenty-seventh session)."""
-    import orjson
-    import sqlalchemy as sa
-
     from errortrack.models import Issue
     from tests.ingest_support import log_envelope, sentry_auth
 
