@@ -138,7 +138,8 @@ def place_item(
     segment_start = None if segment is None else times[segment][0]
     anchor = _anchor_of(segment_start, starts, received, drift)
     every = [t for pair in times for t in pair if t is not None]
-    move = _item_move(anchor, every, received, drift)
+    segment_end = None if segment is None else times[segment][1]
+    move = _item_move(anchor, every, segment_end, received, drift)
     # Re-checked, never assumed: the arrival when even the anchor's place is implausible.
     fallback = received if anchor is None else move(anchor)
     if not timestamps.in_window(fallback, received):
@@ -165,10 +166,15 @@ def _anchor_of(
 
 
 def _item_move(
-    anchor: float | None, times: list[float], received: float, drift: float
+    anchor: float | None,
+    times: list[float],
+    segment_end: float | None,
+    received: float,
+    drift: float,
 ) -> Callable[[float], float]:
-    """Where each time of an item goes: moved by the clock drift when its ``anchor`` is
-    plausible; else (the whole item from a wrong clock) to its distance before the item's
+    """Where each time of an item goes: moved by the clock drift when its ``anchor`` and
+    its end (the segment's, if it has one, else its latest) are plausible; else (the
+    whole item from a wrong clock) to its distance before the item's
     end, the latest of its ``times`` from the anchor on, counted back from the arrival, as
     spans end before the envelope is sent. Bringing the anchor there instead put every
     later span past the window's 60 s ahead, and they all collapsed onto the anchor with
@@ -182,11 +188,19 @@ def _item_move(
     the rounding at the arrival's size (~0.1 us) and sane items keep exact places."""
     if anchor is None:
         return lambda t: t
-    if timestamps.in_window(anchor + drift, received):
-        return lambda t: t + drift
     # Only ends a span can plausibly have: one garbage end (20 days after its start)
     # would otherwise drag the whole item that far into the past.
     end = max((t for t in times if anchor <= t <= anchor + MAX_SPAN_SECONDS), default=anchor)
+    # A plausible start is not enough: a 10-minute job from a clock 5 minutes fast (too
+    # little for the drift, which starts at 55 min) starts in the window but ends past
+    # its 60 s ahead, and its end and later spans had collapsed onto their starts. The
+    # segment's end when there is one: one child with a garbage end must not move the
+    # spans of a sane item.
+    judged = end if segment_end is None else segment_end
+    if timestamps.in_window(anchor + drift, received) and judged + drift <= (
+        received + timestamps.MAX_FUTURE
+    ):
+        return lambda t: t + drift
     return lambda t: received - (end - t)
 
 

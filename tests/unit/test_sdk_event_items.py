@@ -312,6 +312,79 @@ def test_a_whole_item_from_a_wrong_clock_moves_together_to_end_at_the_arrival():
     )
 
 
+@pytest.mark.parametrize("fast", [120.0, 300.0, 3000.0])
+def test_a_long_job_from_a_clock_minutes_fast_keeps_its_durations(fast):
+    # Only its start was judged: a 10-minute job from a clock 5 minutes fast started in
+    # the window, so nothing moved, and its end and its late spans (past the window's
+    # 60 s ahead) collapsed onto their starts with no duration. Spans end before the
+    # envelope is sent, so the whole item moves to end at the arrival.
+    arrival = RECEIVED.timestamp()
+    start, end = arrival + fast - 600, arrival + fast
+    event = {
+        "type": "transaction",
+        "transaction": "cron",
+        "start_timestamp": start,
+        "timestamp": end,
+        "contexts": {"trace": {"trace_id": "ab" * 16, "span_id": "1" * 16}},
+        "spans": [
+            {"span_id": "2" * 16, "start_timestamp": start + 60, "timestamp": start + 120},
+            {"span_id": "3" * 16, "start_timestamp": end - 120, "timestamp": end - 1},
+        ],
+    }
+    rows = _by_id(handle_transaction(orjson.dumps(event), {}, ctx()).spans)
+    placed = {c: (rows[c * 16]["start_timestamp"], rows[c * 16]["duration_us"]) for c in "123"}
+    assert placed == {
+        "1": (arrival - 600, 600_000_000),
+        "2": (arrival - 540, 60_000_000),
+        "3": (arrival - 120, 119_000_000),
+    }
+    spans = [
+        _v2_span("1" * 16, start, end, segment=True),
+        _v2_span("3" * 16, end - 120, end - 1, parent="1" * 16),
+    ]
+    rows = _by_id(handle_span(orjson.dumps({"version": 2, "items": spans}), {}, ctx()).spans)
+    assert (rows["1" * 16]["start_timestamp"], rows["1" * 16]["duration_us"]) == (
+        arrival - 600,
+        600_000_000,
+    )
+    assert (rows["3" * 16]["start_timestamp"], rows["3" * 16]["duration_us"]) == (
+        arrival - 120,
+        119_000_000,
+    )
+
+
+def test_a_job_ending_within_a_minute_ahead_is_not_moved():
+    # Sentry's window allows 60 s ahead: a clock a few seconds fast is taken as it is.
+    arrival = RECEIVED.timestamp()
+    event = {
+        "type": "transaction",
+        "start_timestamp": arrival - 590,
+        "timestamp": arrival + 10,
+        "contexts": {"trace": {"trace_id": "ab" * 16, "span_id": "1" * 16}},
+    }
+    [row] = handle_transaction(orjson.dumps(event), {}, ctx()).spans
+    assert (row["start_timestamp"], row["duration_us"]) == (arrival - 590, 600_000_000)
+
+
+def test_one_child_ending_hours_ahead_moves_no_span_of_a_sane_transaction():
+    # The item's end is judged by its segment's: a child's garbage end 3 hours after its
+    # start only loses that child its duration, as before.
+    now = RECEIVED.timestamp() - 2
+    event = {
+        "type": "transaction",
+        "start_timestamp": now,
+        "timestamp": now + 1,
+        "contexts": {"trace": {"trace_id": "ab" * 16, "span_id": "1" * 16}},
+        "spans": [
+            {"span_id": "2" * 16, "start_timestamp": now + 0.2, "timestamp": now + 0.4},
+            {"span_id": "3" * 16, "start_timestamp": now + 0.5, "timestamp": now + 3 * 3600},
+        ],
+    }
+    rows = _by_id(handle_transaction(orjson.dumps(event), {}, ctx()).spans)
+    placed = {c: (rows[c * 16]["start_timestamp"], rows[c * 16]["duration_us"]) for c in "123"}
+    assert placed == {"1": (now, 1_000_000), "2": (now + 0.2, 200_000), "3": (now + 0.5, 0)}
+
+
 @pytest.mark.parametrize("where", ["event", "envelope"])
 def test_an_event_id_with_a_trailing_newline_is_400(where):
     # "$" matched before the newline and uuid.UUID then refused the id: a 500.
