@@ -371,6 +371,39 @@ def test_span_attributes_come_back_exactly_as_sent(ingest_world):
     assert (value, depth) == (1, 300)
 
 
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [(".2972028", ".322908"), (".9999998", ".0000002"), (".1234562", ".1234568")],
+)
+def test_a_span_s_start_and_end_come_back_to_the_nearest_microsecond(ingest_world, start, end):
+    # ClickHouse cut the start to its microsecond while the duration was rounded, so the
+    # end read back (start + duration) could be 1 us before the end sent.
+    import datetime as dt
+
+    world, p = ingest_world, ingest_world.project_id
+    second = int(world.state.clock().timestamp()) - 10
+    first = f"{second}{start}"
+    last = f"{second + (1 if end < start else 0)}{end}"
+    payload = (
+        f'{{"version":2,"items":[{{"trace_id":"{T}","span_id":"aaaaaaaaaaaaaaaa","name":"x",'
+        f'"start_timestamp":{first},"end_timestamp":{last},"is_segment":true}}]}}'
+    ).encode()
+    _send_items(world, [("span", payload)])
+    resp = _get(world, "viewer", f"/api/projects/{p}/traces/{T}")
+    assert resp.status_code == 200, resp.text
+    [span] = resp.json["spans"]
+
+    def micro(text):
+        return round(float(text) * 1e6)
+
+    def read(iso):
+        moment = dt.datetime.fromisoformat(iso.replace("Z", "+00:00"))
+        return round(moment.timestamp() * 1e6)
+
+    assert read(span["start_timestamp"]) == micro(first)
+    assert read(span["end_timestamp"]) == micro(last)
+
+
 def test_a_transaction_sent_twice_shows_each_span_once(ingest_world):
     # An SDK that saw no answer sends the envelope again: its spans were stored twice and
     # the trace showed two roots and a doubled span count.
