@@ -78,7 +78,9 @@ def relational_store_errors() -> Iterator[None]:
 
     try:
         yield
-    except (sa.exc.OperationalError, CommandError, relational.MigrationLockError) as exc:
+    # DBAPIError, not only OperationalError: a SQLite file that is not a database or a
+    # Postgres role without CREATE on its schema (PG 15's default) raise other kinds.
+    except (sa.exc.DBAPIError, CommandError, relational.MigrationLockError) as exc:
         raise click.ClickException(
             f"relational store (ERRORTRACK_DATABASE_URL): {_root_cause(exc)}"
         ) from None
@@ -320,7 +322,7 @@ def serve(host: str, port: int, workers: int | None, threads: int) -> None:
     _run_gunicorn(
         threads,
         {
-            "bind": f"{host}:{port}",
+            "bind": _bind_address(host, port),
             "workers": workers,
             # One event loop per worker (ingest); see server.py for what runs where.
             "worker_class": "asgi",
@@ -344,6 +346,14 @@ def serve(host: str, port: int, workers: int | None, threads: int) -> None:
         },
     )
     lock.close()
+
+
+def _bind_address(host: str, port: int) -> str:
+    """gunicorn's ``host:port``, an IPv6 address in brackets: "::" made ":::8000",
+    which gunicorn refused after the migrations had run."""
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
 
 
 # Addresses that reach a server listening on every interface from the same machine.

@@ -12,7 +12,7 @@ import tempfile
 import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
@@ -70,8 +70,10 @@ class ClickHouse:
         return clickhouse_connect.get_client(
             host=parts.hostname or "localhost",
             port=parts.port or (8443 if parts.scheme == "https" else 8123),
-            username=parts.username or "default",
-            password=parts.password or "",
+            # Decoded: the settings ask for '@ / # ?' percent-encoded, and urlsplit
+            # leaves them so (a 401 that looked like a wrong password).
+            username=unquote(parts.username or "default"),
+            password=unquote(parts.password or ""),
             secure=parts.scheme == "https",
             database=database or "",
             # A server is shared; fail a stuck call instead of hanging a request forever.

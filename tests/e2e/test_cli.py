@@ -1,5 +1,9 @@
 """The errortrack command as people run it: real processes, real stores."""
 
+import subprocess
+import sys
+import time
+
 import pytest
 import sqlalchemy as sa
 
@@ -368,3 +372,89 @@ def test_migrate_names_the_embedded_store_another_process_holds(tmp_path):
         )
     finally:
         holder.communicate("", timeout=30)
+
+
+def test_a_percent_encoded_clickhouse_password_is_sent_decoded(tmp_path):
+    # The settings tell an operator to percent-encode '@ / # ?' in the password; it went
+    # to the server still encoded ("p%40ss"), a 401 that looked like a wrong password.
+    import base64
+    import http.server
+    import threading
+
+    seen: list[str] = []
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            seen.append(self.headers.get("Authorization", ""))
+            self.send_response(401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        url = f"http://et%2Fuser:p%40ss%2Fw%3Fx%23y@127.0.0.1:{port}/errortrack"
+        with scratch_database(tmp_path) as db_url:
+            env = server_env(tmp_path / "data", db_url, ERRORTRACK_CLICKHOUSE_URL=url)
+            done = errortrack("check", env=env, timeout=60)
+    finally:
+        server.shutdown()
+    assert done.returncode == 1
+    assert seen, done.stdout + done.stderr
+    assert {base64.b64decode(header.split()[1]) for header in seen} == {b"et/user:p@ss/w?x#y"}
+
+
+def test_serve_on_a_bare_ipv6_host_serves_there(tmp_path):
+    # "::" is listed as a host that reaches every interface, but the bind address was
+    # built as ":::port": gunicorn refused it after the migrations had run.
+    import socket
+
+    import httpx
+
+    from tests.support import free_port
+
+    try:
+        socket.socket(socket.AF_INET6).bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    port = free_port()
+    env = server_env(tmp_path / "data", f"sqlite:///{tmp_path}/x.db")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "errortrack", "serve", "--host", "::1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(f"http://[::1]:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[1]
+        assert httpx.get(f"http://[::1]:{port}/healthz").status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_a_relational_file_that_is_not_a_database_is_one_line(tmp_path):
+    # A mangled restore: sqlite's DatabaseError (not an OperationalError) came out as a
+    # 110-line traceback where every other store failure is one "Error:" line.
+    bad = tmp_path / "x.db"
+    bad.write_bytes(bytes(range(256)) * 32)
+    env = server_env(tmp_path / "data", f"sqlite:///{bad}")
+    for command in ("migrate", "check"):
+        done = errortrack(command, env=env, timeout=60)
+        assert done.returncode == 1
+        assert "Traceback" not in done.stderr, done.stderr
+        assert "file is not a database" in done.stdout + done.stderr
