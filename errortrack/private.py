@@ -46,7 +46,8 @@ def make_data_dir(path: Path) -> None:
             exc.strerror or exc,
         )
         return
-    # INFO: done, nothing for the operator to do (the CLI's one-line errors stay one line).
+    # INFO: done, nothing for the operator to do (the CLI's one-line errors stay one line;
+    # serve has no log handler yet, so it is not shown, as OPERATIONS.md says).
     log.info(
         "data dir %s was open to every local user (mode %o); now %o", path, mode, mode & ~0o007
     )
