@@ -115,7 +115,9 @@ def migrate_all(settings: Settings) -> tuple[list[str], list[str]]:
     driver_log.setLevel(logging.ERROR)
     try:
         return relational_applied, ch_migrate.apply(store)
-    except (OperationalError, DatabaseError) as exc:
+    # OSError: the embedded engine's directory cannot be made (a file in its place,
+    # another user's directory), which was mkdir's traceback.
+    except (OperationalError, DatabaseError, OSError) as exc:
         raise click.ClickException(
             f"ClickHouse store (ERRORTRACK_CLICKHOUSE_URL): {_root_cause(exc)}"
         ) from None
@@ -158,6 +160,8 @@ def check() -> None:
     from errortrack.state import AppState
 
     settings = _settings()
+    if not settings.database_url or not settings.clickhouse_url:
+        _make_data_dir(settings)  # one line, not AppState's traceback, when it cannot be
     state = AppState.build(settings)
     if settings.embedded_clickhouse and _data_dir_locked(settings):
         # Opening chDB now would fail noisily; the running server is the one to ask.
@@ -232,13 +236,24 @@ def _data_dir_locked(settings: Settings) -> bool:
     path = _lock_path(settings)
     if not path.exists():
         return False
-    with path.open("a") as handle:
+    try:
+        handle = path.open("a")
+    except OSError as exc:  # another user's lock file (a data dir left to another owner)
+        raise _lock_unusable(path, exc) from None
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return True
         fcntl.flock(handle, fcntl.LOCK_UN)
     return False
+
+
+def _lock_unusable(path: Path, exc: OSError) -> click.ClickException:
+    return click.ClickException(
+        f"the data dir's lock file {path} cannot be opened: {exc.strerror or exc} "
+        "(is the data dir owned by the server's user?)"
+    )
 
 
 class DataDirInUse(Exception):
@@ -276,6 +291,8 @@ def _take_data_dir(settings: Settings) -> IO[str]:
         return lock_data_dir(settings)
     except DataDirInUse as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise _lock_unusable(_lock_path(settings), exc) from None
 
 
 @main.command()

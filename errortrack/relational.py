@@ -97,12 +97,15 @@ def migration_lock(url: str, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
         # (diff review). It holds nothing; flock only needs it open.
         with contextlib.suppress(OSError):  # not ours to change: someone else made it
             os.fchmod(fd, 0o644)
-    except PermissionError:
+    except PermissionError as refused:
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError as exc:
+            # No file to read: the first refusal (a directory this user may not write
+            # in) is the cause, not the "No such file" of the read-only try.
+            why = refused if isinstance(exc, FileNotFoundError) else exc
             raise MigrationLockError(
-                f"cannot open the migration lock file {path}: {exc.strerror or exc}"
+                f"cannot open the migration lock file {path}: {why.strerror or why}"
             ) from None
     except OSError as exc:
         raise MigrationLockError(

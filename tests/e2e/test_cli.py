@@ -458,3 +458,34 @@ def test_a_relational_file_that_is_not_a_database_is_one_line(tmp_path):
         assert done.returncode == 1
         assert "Traceback" not in done.stderr, done.stderr
         assert "file is not a database" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "spoil", "expected"),
+    [
+        # ERRORTRACK_DATA_DIR names a file: migrate said so, check was a traceback.
+        ("check", "data dir is a file", "is a file, not a directory"),
+        # The chDB directory cannot be made: mkdir's traceback after the relational store.
+        ("migrate", "clickhouse is a file", "ClickHouse store (ERRORTRACK_CLICKHOUSE_URL)"),
+        # The lock file cannot be opened (a data dir left owned by another user): traceback.
+        ("serve", "serve.lock is a directory", "serve.lock"),
+        ("check", "serve.lock is a directory", "serve.lock"),
+    ],
+)
+def test_a_data_dir_that_cannot_be_used_is_one_line(tmp_path, command, spoil, expected):
+    data = tmp_path / "data"
+    if spoil == "data dir is a file":
+        data.write_text("")
+    else:
+        data.mkdir()
+        if spoil == "clickhouse is a file":
+            (data / "clickhouse").write_text("")
+        else:
+            (data / "serve.lock").mkdir()
+    env = server_env(data, f"sqlite:///{tmp_path}/x.db")
+    args = ("serve", "--port", "1") if command == "serve" else (command,)
+    done = errortrack(*args, env=env, timeout=60)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and expected in errors[0], done.stdout + done.stderr
