@@ -12,6 +12,7 @@ import datetime as dt
 import math
 import re
 from collections.abc import Iterable
+from decimal import Decimal
 
 from errortrack.errors import ValidationError
 from errortrack.ingest.logs import SEVERITY
@@ -159,16 +160,21 @@ def as_int(value: str) -> int | None:
 
 
 def as_whole(value: str) -> int | None:
-    """An integer attribute's value: integer text, or a double's text that is a whole
-    number within Int64 ("1000.0" and "1e3" are the integer 1000 too, as "1000" finds
+    """An integer attribute's value: integer text, or a double's text whose decimal value
+    is a whole number within Int64 ("1000.0" and "1e3" are the integer 1000 too, as "1000" finds
     the double 1000.0; they found no integer attribute)."""
     number = as_int(value)
     if number is not None:
         return number
-    double = as_float(value)
-    if double is not None and double.is_integer() and INT64_MIN <= double <= INT64_MAX:
-        return int(double)
-    return None
+    if not _FLOAT.fullmatch(value):
+        return None
+    # Exact, in decimal: through a double, "1.0000000000000001" found the integer 1,
+    # "1e-400" the integer 0, and "9007199254740993.0" (past 2**53) missed its integer.
+    # The bounds are compared first, so that "1e99999" is never expanded.
+    exact = Decimal(value)
+    if not INT64_MIN <= exact <= INT64_MAX or exact != exact.to_integral_value():
+        return None
+    return int(exact)
 
 
 def as_float(value: str) -> float | None:

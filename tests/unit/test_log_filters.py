@@ -123,6 +123,18 @@ def test_numeric_filter_values_are_ascii_numbers_only(text, integer, double):
         ("9.3e18", None),  # beyond Int64
         ("abc", None),
         ("\uff15", None),
+        # Wholeness is the text's, not its double's: these round to a whole double (or
+        # to 0.0) and found the integers 1 and 0; past 2**53 the double is another
+        # integer, and "9007199254740993.0" missed the integer it names.
+        ("0.99999999999999999", None),
+        ("1.0000000000000001", None),
+        ("1e-400", None),
+        ("9007199254740993.0", 9007199254740993),
+        ("9223372036854775807.000", 2**63 - 1),
+        ("9223372036854775808.0", None),
+        ("1e99999", None),
+        ("0e99999", 0),
+        ("12.5e1", 125),
     ],
 )
 def test_an_integer_attribute_is_found_by_a_whole_doubles_text(text, whole):
