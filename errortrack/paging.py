@@ -78,10 +78,12 @@ def budgeted(
     order: str,
     *,
     keep: int = 1,
+    skip: int = 0,
 ) -> str:
     """``select`` (``SELECT {columns}[, more] FROM ...``) with one more column, last: true
     for each row after the first ``keep`` once it and the rows before it in ``order``
-    hold more than ``PAGE_BYTES`` of the ``heavy`` columns. Those rows
+    hold more than ``PAGE_BYTES`` of the ``heavy`` columns; the first ``skip`` rows (read
+    only to look at, not the page's) count for nothing. Those rows
     come with the heavy columns empty, so that they cost nothing here: the caller ends
     its page before the first of them (``within_budget``), with a cursor after the last
     row it keeps. ``order`` must be the order the caller's page ends up in, ties broken
@@ -89,6 +91,10 @@ def budgeted(
     extra = select.removeprefix(f"SELECT {columns}").split(" FROM ", 1)[0]
     blanked = ", ".join(f"if(_over, '', {c})" if c in heavy else c for c in columns.split(", "))
     size = " + ".join(f"length({c})" for c in heavy)
+    if skip:
+        # Numbered in a query of its own: window functions do not nest.
+        size = f"if(_n > {int(skip)}, {size}, 0)"
+        select = f"SELECT *, row_number() OVER (ORDER BY {order}) AS _n FROM ({select})"
     return (
         f"SELECT {blanked}{extra}, _over FROM (SELECT *, "
         f"row_number() OVER (ORDER BY {order}) > {int(keep)} AND "

@@ -148,10 +148,10 @@ def _body(
     return body
 
 
-def budgeted(select: str, order: str, *, keep: int = 1) -> str:
+def budgeted(select: str, order: str, *, keep: int = 1, skip: int = 0) -> str:
     """``paging.budgeted`` for a read of ``COLUMNS``: a log's bulk is its body and
     attributes."""
-    return paging.budgeted(select, COLUMNS, _HEAVY, order, keep=keep)
+    return paging.budgeted(select, COLUMNS, _HEAVY, order, keep=keep, skip=skip)
 
 
 def _page(
@@ -202,9 +202,10 @@ def _time_page(
         "LIMIT {limit:UInt32} OFFSET {offset:UInt64}"
     )
     # Budgeted in the page's complete order, which keeps the read's order by time; the
-    # row before the page is not the page's, so the page's first row is kept too.
+    # row before the page is not the page's: the page's first row is kept too, and the
+    # row before counts nothing toward the page's bytes.
     rows = store.query_rows(
-        budgeted(select, ORDER_BY[sort], keep=lead + 1),
+        budgeted(select, ORDER_BY[sort], keep=lead + 1, skip=lead),
         {**params, "limit": limit + 1 + lead, "offset": offset - lead},
     )
     before, page, after = rows[:lead], rows[lead : lead + limit], rows[lead + limit :]

@@ -706,6 +706,25 @@ def test_a_log_larger_than_the_budget_comes_alone(clickhouse, monkeypatch):
     assert [i["body"] for i in second["items"]] == ["small"]
 
 
+@pytest.mark.parametrize("sort", ["-timestamp", "timestamp"])
+def test_a_numbered_page_s_budget_counts_its_own_logs_only(clickhouse, sort, monkeypatch):
+    # The row read before a numbered page (to see whether the page's edge is tied)
+    # counted toward the page's budget: page 2 was cut at 10 bytes of its own, and the
+    # log it left out was shown on no numbered page.
+    in_order = ["a" * 5, "b" * 95, "c" * 5, "d" * 5, "e" * 5]
+    sent = in_order[::-1] if sort == "-timestamp" else in_order
+    insert_logs(clickhouse, 7, [sdk_log(body, at=i) for i, body in enumerate(sent)])
+    monkeypatch.setattr(paging, "PAGE_BYTES", 100)
+
+    def page(n):
+        found = list_logs(clickhouse, 7, LogFilter(sort=sort), PageRequest(page=n, per_page=2))
+        return [item["body"] for item in found["items"]]
+
+    assert page(1) == ["a" * 5]  # with "b" it passes 100 bytes
+    assert page(2) == ["c" * 5, "d" * 5]
+    assert page(3) == ["e" * 5]
+
+
 def test_the_trace_view_says_when_the_budget_left_logs_out(clickhouse, monkeypatch):
     insert_logs(
         clickhouse, 7, [sdk_log("y" * 400, at=i, trace_id=T1, span_id="a" * 16) for i in range(5)]
