@@ -11,6 +11,7 @@ import orjson
 from sqlalchemy.orm import Session, sessionmaker
 
 from errortrack import db
+from errortrack.api import docs
 from errortrack.api.errors import error_body, logged_path
 from errortrack.api.params import NoQuery, load_query
 
@@ -126,9 +127,10 @@ class HeadAsGet:
 
 class SecurityHeaders:
     """Headers on every answer of the management app (the API, /auth, the docs):
-    - ``Cache-Control: no-store`` on /api and /auth: answers there carry API tokens
-      (shown once), invitation links, CSRF tokens and users' data, none of which a
-      browser's or a proxy's cache should keep (RFC 6749 5.1 asks it of token answers);
+    - ``Cache-Control: no-store`` on every answer but the probes' and the docs'
+      (``cacheable``): answers carry API tokens (shown once), invitation links, CSRF
+      tokens and users' data, none of which a browser's or a proxy's cache should keep
+      (RFC 6749 5.1 asks it of token answers);
     - ``X-Content-Type-Options: nosniff``: a browser takes each answer as its stated type;
     - ``X-Frame-Options: DENY`` and ``Referrer-Policy: no-referrer``: no page is to be
       framed by another site (the docs page had no such header), and no invitation link
@@ -142,8 +144,24 @@ class SecurityHeaders:
         resp.set_header("X-Content-Type-Options", "nosniff")
         resp.set_header("X-Frame-Options", "DENY")
         resp.set_header("Referrer-Policy", "no-referrer")
-        if req.path.startswith(("/api/", "/auth/")) and not resp.get_header("Cache-Control"):
+        if not cacheable(req) and not resp.get_header("Cache-Control"):
             resp.set_header("Cache-Control", "no-store")
+
+
+# The routes whose answers carry nothing of anyone's: a cache in front may keep them.
+_CACHEABLE_ROUTES = frozenset({"/healthz", "/readyz", docs.DOCUMENT_PATH, "/docs", "/docs/init.js"})
+
+
+def cacheable(req: falcon.Request) -> bool:
+    """Whether an answer may be cached: decided by the route that answered, not by the
+    path as spelled, and refused unless the route is known to be harmless. Falcon's
+    router ignores leading slashes, so ``//api/tokens`` created a token whose secret went
+    out cacheable when the header followed a ``/api/`` prefix (found in review).
+    Swagger UI's files (the static route, which has no template) are cacheable under
+    their one spelling; any other path with no route is a 404, not kept either."""
+    if req.uri_template is not None:
+        return req.uri_template in _CACHEABLE_ROUTES
+    return req.path.startswith(f"{docs.ASSETS_PATH}/")
 
 
 # The challenge every management 401 carries (RFC 9110 11.6.1: a 401 MUST send one).

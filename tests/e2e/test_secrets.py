@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 
+import falcon.testing
 import httpx
 import pytest
 
@@ -81,6 +82,29 @@ def test_answers_carrying_credentials_are_not_kept_by_caches(state, client):
     # Probes may be cached by whatever sits in front.
     health = client.simulate_get("/healthz")
     assert "no-store" not in health.headers.get("Cache-Control", "")
+
+
+def test_answers_carrying_credentials_are_not_kept_by_caches_however_the_path_is_spelled(
+    state, client, openapi_app
+):
+    """Falcon's router ignores leading slashes: ``//api/tokens`` created a token, and
+    its secret went out cacheable (the header was chosen by the path's spelling)."""
+    world = build_world(state, client)
+    login = {"email": "viewer@example.com", "password": PASSWORD}
+    for resp in [
+        client.simulate_post(
+            "//api/tokens", headers=world.headers("viewer"), json={"description": "ci"}
+        ),
+        client.simulate_post("///auth/login", json=login),
+        client.simulate_get("//api/me", headers=world.headers("viewer")),
+    ]:
+        assert resp.status_code in (200, 201), resp.text
+        assert resp.headers["Cache-Control"] == "no-store"
+    # The docs carry nothing of anyone's and may still be cached.
+    docs = falcon.testing.TestClient(openapi_app)
+    for path in ("/docs", "/docs/init.js", "/docs/assets/swagger-ui.css", "/api-docs/openapi.json"):
+        got = docs.simulate_get(path)
+        assert got.status_code == 200 and "Cache-Control" not in got.headers, path
 
 
 def test_password_hashes_are_computed_two_at_a_time(monkeypatch):
