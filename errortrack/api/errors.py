@@ -91,8 +91,14 @@ def _unavailable(store: str) -> Callable[[falcon.Request, falcon.Response, Excep
 _relational_unavailable = _unavailable("relational")
 
 
-# Paths whose last part is a credential: an invitation's token (API and invite link).
-_CREDENTIAL_PATH = re.compile(r"^(/auth/invitations/|/invite/)[^/]+")
+# Paths whose last part is a credential: an invitation's token (API and invite link), in
+# every spelling that reaches it: an absolute-form target's scheme and authority, which
+# the server drops (server._origin_form), and any number of leading slashes, which
+# Falcon's router ignores. Both were logged with the token (found in review). The path
+# is already percent-decoded (gunicorn's asgi worker decodes it, as the app sees it).
+_CREDENTIAL_PATH = re.compile(
+    r"^((?:https?://[^/]*)?/+(?:auth/invitations/|invite/))[^/]+", re.IGNORECASE
+)
 
 
 def redacted_path(path: str) -> str:

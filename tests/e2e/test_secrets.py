@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import socket
 import stat
 import threading
 import time
@@ -15,6 +16,7 @@ import falcon.testing
 import httpx
 import pytest
 
+from errortrack.api.errors import redacted_path
 from errortrack.auth import passwords
 from errortrack.config import Settings, SettingsError
 from tests.access_world import PASSWORD, build_world
@@ -189,3 +191,49 @@ def test_the_debug_log_of_requests_leaves_invitation_tokens_out(tmp_path):
     assert "POST /auth/invitations/{token}/accept" in log
     assert "GET /invite/{token}" in log
     assert "GET /api/me" in log  # the other paths are logged as they were
+
+
+@once  # about the server's log, not the relational store
+def test_the_debug_log_leaves_invitation_tokens_out_however_the_path_is_spelled(tmp_path):
+    """Falcon's router ignores leading slashes and the server takes an absolute-form
+    target (RFC 9112 3.2.2): both reach the invitation, and gunicorn's DEBUG line for
+    either had its token (the redaction knew one spelling)."""
+    secret = "inv-" + uuid.uuid4().hex
+    env = server_env(
+        tmp_path / "data",
+        f"sqlite:///{tmp_path / 'data' / 'x.sqlite3'}",
+        ERRORTRACK_LOG_LEVEL="DEBUG",
+    )
+    server = Server(env, threads=2).start()
+    origin = f"http://127.0.0.1:{server.port}"
+    try:
+        for target in (f"//auth/invitations/{secret}", f"{origin}/auth/invitations/{secret}"):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+                sock.sendall(
+                    f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+                )
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            # The invitation's own 404, not the router's: the request reached it.
+            assert b"invitation not found" in answer, answer
+    finally:
+        server.stop()
+    log = server.log()
+    assert secret not in log
+    assert "GET //auth/invitations/{token}" in log
+    assert f"GET {origin}/auth/invitations/{{token}}" in log
+
+
+@pytest.mark.parametrize(
+    ("path", "logged"),
+    [
+        ("/auth/invitations/SECRET/accept", "/auth/invitations/{token}/accept"),
+        ("//auth/invitations/SECRET", "//auth/invitations/{token}"),
+        ("http://x:8000/auth/invitations/SECRET", "http://x:8000/auth/invitations/{token}"),
+        ("HTTPS://x//invite/SECRET", "HTTPS://x//invite/{token}"),
+        ("/api/me", "/api/me"),
+    ],
+)
+def test_a_path_is_logged_without_an_invitation_token_in_any_spelling_that_reaches_it(path, logged):
+    assert redacted_path(path) == logged
