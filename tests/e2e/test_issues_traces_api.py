@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from clickhouse_connect.driver.exceptions import OperationalError
 
 from errortrack.api.schemas.issues import EventSummaryOut, IssueOut
 from errortrack.api.schemas.traces import TraceOut
@@ -127,6 +128,41 @@ def test_delete_removes_issue_and_events(world):
             break
         time.sleep(0.1)
     assert left == [(keep, 1)]
+
+
+def test_an_issue_whose_events_cannot_be_deleted_a_second_time_is_still_deleted(
+    world, monkeypatch, caplog
+):
+    """The API deletes an issue's events, commits the issue's delete, then deletes the
+    events once more (for a batch inserted in between). A ClickHouse that refused that
+    last DELETE made the answer a 503 for an issue already gone: the retry the 503 asks
+    for was a 404."""
+    p = world.project_id
+    issue = add_issue(world.state, p, "boom")
+    add_event(world.state, p, issue, at=0)
+    store = world.state.api_clickhouse
+    command = store.command
+    deletes: list[str] = []
+
+    def second_delete_refused(sql, *args, **kwargs):
+        if sql.startswith("DELETE FROM events"):
+            deletes.append(sql)
+            if len(deletes) == 2:
+                raise OperationalError("connection reset by peer")
+        return command(sql, *args, **kwargs)
+
+    monkeypatch.setattr(store, "command", second_delete_refused)
+    path = f"/api/projects/{p}/issues/{issue}"
+    gone = world.client.simulate_delete(path, headers=world.headers("editor"))
+    assert gone.status_code == 204, gone.text
+    assert len(deletes) == 2
+    assert f"events of deleted issue {issue}" in caplog.text
+    assert _get(world, "viewer", path).status_code == 404
+    # The first DELETE took the events the issue had.
+    deadline = time.monotonic() + 20
+    while _get(world, "viewer", f"/api/projects/{p}/events").json["total_count"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
 
 
 def test_trace_story(world):
