@@ -80,7 +80,7 @@ def _authenticate(req: falcon.Request) -> Principal:
         if user is None:
             raise Unauthorized("invalid or revoked API token")
         return Principal.of(user, "token")
-    cookie = _cookie(req)
+    cookie = session_cookie(req)
     if cookie is None:
         raise Unauthorized("authentication required: a bearer token or a login session")
     found = sessions.resolve_session(session(req), cookie, now=now)
@@ -95,6 +95,7 @@ def _authenticate(req: falcon.Request) -> Principal:
     return Principal.of(user, "session")
 
 
-def _cookie(req: falcon.Request) -> str | None:
+def session_cookie(req: falcon.Request) -> str | None:
+    """The login session's secret the request's cookie holds, if it sends one."""
     values: list[Any] = req.get_cookie_values(sessions.COOKIE_NAME) or []
     return str(values[0]) if values else None

@@ -86,6 +86,11 @@ def end_session(session: Session, session_id: int) -> None:
     session.execute(sa.delete(LoginSession).where(LoginSession.id == session_id))
 
 
+def end_session_of_secret(session: Session, secret: str) -> None:
+    """End the session a cookie names, whatever its state (unknown: nothing happens)."""
+    session.execute(sa.delete(LoginSession).where(LoginSession.token_hash == sha256(secret)))
+
+
 def purge_expired(session: Session, *, now: dt.datetime) -> None:
     """Expired sessions are useless; drop them when someone logs in (cheap, indexed by id)."""
     session.execute(sa.delete(LoginSession).where(LoginSession.expires_at <= now))

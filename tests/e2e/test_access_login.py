@@ -127,6 +127,19 @@ def test_logout_ends_the_session(world):
     assert world.client.simulate_get("/api/me", cookies=jar).status_code == 401
 
 
+def test_logout_with_a_token_beside_the_cookie_ends_the_cookie_s_session(world):
+    """The token authenticates the logout (a bearer header wins over a cookie): the
+    cookie was cleared, and the session it named stayed valid for its 14 days."""
+    cookie, _ = _session(world)
+    jar = {COOKIE: cookie}
+    resp = world.client.simulate_post("/auth/logout", cookies=jar, headers=world.headers("viewer"))
+    assert resp.status_code == 204
+    assert resp.cookies[COOKIE].value == ""
+    assert world.client.simulate_get("/api/me", cookies=jar).status_code == 401
+    # The token itself is not logged out.
+    assert world.call("viewer", "GET", "/api/me").json["auth"] == "token"
+
+
 def test_sessions_expire(world, clock):
     cookie, _ = _session(world)
     clock.advance(days=13, hours=23)
