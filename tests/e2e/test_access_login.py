@@ -298,6 +298,39 @@ def test_deeply_nested_json_is_400_not_500(world, depth):
     assert resp.json["error"]["field"] == "email"
 
 
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        (b'{"email": "new@example.com", "role": "member", "role": "admin"}', "role"),
+        # One key however it is spelled.
+        (b'{"email": "new@example.com", "role": "member", "r\\u006fle": "admin"}', "role"),
+        # At any depth, also past what Python's own parser nests (orjson reads 1024).
+        (b'{"email": "new@example.com", "x": {"a": 1, "a": 2}}', "a"),
+        (
+            b'{"role": "admin", "x": '
+            + b'[{"y": ' * 500
+            + b'{"a": 1, "a": 2}'
+            + b"}]" * 500
+            + b"}",
+            "a",
+        ),
+    ],
+)
+def test_a_body_with_a_key_twice_in_one_object_is_400_naming_it(world, body, key):
+    """The last one won, as orjson reads them; parsers that take the first (or refuse)
+    exist, so what a proxy or an audit log read could differ from what was done: a
+    member invited there, an admin here."""
+    resp = world.client.simulate_post(
+        "/api/invitations",
+        body=body,
+        headers={**world.headers("primary"), "Content-Type": "application/json"},
+    )
+    assert resp.status_code == 400, resp.text
+    assert resp.json["error"]["code"] == "bad_request"
+    assert f'"{key}" twice' in resp.json["error"]["message"]
+    assert world.call("primary", "GET", "/api/invitations").json == []
+
+
 def test_a_body_over_the_cap_is_413_before_it_is_read(world):
     from errortrack.api.schemas import MAX_BODY_BYTES
 
