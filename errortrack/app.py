@@ -4,9 +4,10 @@ lists every route but SDK ingest, which ``server.py`` serves beside this app."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 import falcon
+import falcon.asgi
 import orjson
 
 from errortrack import db
@@ -49,6 +50,24 @@ class RelationalId(falcon.routing.BaseConverter):
         return number if number <= db.MAX_ID else None
 
 
+# Falcon refuses its meta method WEBSOCKET over HTTP before any middleware runs, a 400
+# "400 Bad Request" where every other method a route does not serve is a 405 (found in
+# review). Both apps let it through to UnknownMethods, which answers it as it answers
+# FOO. Websocket connections reach neither app (server.ServerApp closes them).
+class App(falcon.App):
+    """The management app (WSGI)."""
+
+    __slots__ = ()
+    _META_METHODS: ClassVar[frozenset[str]] = frozenset()
+
+
+class AsgiApp(falcon.asgi.App):
+    """The ingest app (ASGI, ``server.py``)."""
+
+    __slots__ = ()
+    _META_METHODS: ClassVar[frozenset[str]] = frozenset()
+
+
 def configure(app: falcon.App) -> None:
     """What the management app and the ingest app (server.py) share: orjson for JSON
     bodies, /x and /x/ as one route, one error shape, path ids that are relational ids,
@@ -88,7 +107,7 @@ def create_app(settings: Settings | None = None, *, state: AppState | None = Non
         # lists (health checks and the docs declare nothing and take any).
         RefuseUndeclaredQuery(),
     ]
-    app = falcon.App(middleware=middleware)
+    app = App(middleware=middleware)
     configure(app)
 
     app.add_route("/healthz", health.Healthz())

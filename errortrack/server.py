@@ -24,7 +24,7 @@ from errortrack.api import health
 from errortrack.api import ingest as ingest_api
 from errortrack.api.errors import error_body
 from errortrack.api.schemas import MAX_BODY_BYTES
-from errortrack.app import configure, create_app
+from errortrack.app import AsgiApp, configure, create_app
 from errortrack.config import Settings
 from errortrack.errors import ErrortrackError, RequestTimeout
 from errortrack.ingest import runtime as ingest_runtime
@@ -291,7 +291,7 @@ def create_server_app(
         grouping = GroupingHook(state.sessions, store=state.clickhouse, clock=state.clock)
         state.ingest = ingest_runtime.build(state, hooks={"events": grouping})
         state.background.append(state.ingest)
-    app = falcon.asgi.App()
+    app = AsgiApp()
     configure(app)
     max_body = state.settings.max_body_bytes
     max_envelope = state.settings.max_envelope_bytes

@@ -205,13 +205,15 @@ class RefuseUndeclaredQuery:
 class UnknownMethods:
     """405 with the route's ``Allow`` for a method Falcon does not know (``FOO``), as it
     answers one it knows but the route does not serve (``PROPFIND``); Falcon answered
-    400 "Invalid HTTP method". A path with no route stays a 404. In both apps (the ASGI
-    ingest app awaits ``process_resource_async``)."""
+    400 "Invalid HTTP method". Also for ``WEBSOCKET``, Falcon's name for a websocket
+    connection, which ``configure`` lets through as an HTTP method: no HTTP request may
+    reach an ``on_websocket`` responder. A path with no route stays a 404. In both apps
+    (the ASGI ingest app awaits ``process_resource_async``)."""
 
     def process_resource(
         self, req: falcon.Request, resp: falcon.Response, resource: Any, params: Any
     ) -> None:
-        if resource is not None and req.method not in _KNOWN_METHODS:
+        if resource is not None and (req.method not in _KNOWN_METHODS or req.method == "WEBSOCKET"):
             raise falcon.HTTPMethodNotAllowed(allowed_methods(resource))
 
     async def process_resource_async(self, req: Any, resp: Any, resource: Any, params: Any) -> None:

@@ -406,6 +406,28 @@ def test_an_unknown_method_on_no_route_is_404(world):
     assert got.json["error"]["code"] == "not_found"
 
 
+@pytest.mark.parametrize(
+    "path",
+    ["/api/me", "/api/projects/{pid}", "/auth/login", "/readyz", "/api/{pid}/envelope/",
+     "/api/{pid}/store/"],
+)  # fmt: skip
+def test_the_websocket_method_token_over_http_is_405_with_the_routes_allow(world, path):
+    """Falcon takes WEBSOCKET for its own and refused it before any middleware: a 400
+    "400 Bad Request", where every other method a route does not serve is a 405."""
+    path = path.format(pid=world.project_id)
+    known = world.client.simulate_request("PROPFIND", path, headers=world.headers("primary"))
+    got = world.client.simulate_request("WEBSOCKET", path, headers=world.headers("primary"))
+    assert got.status_code == 405, got.text
+    assert got.headers["allow"] == known.headers["allow"]
+    assert got.json["error"] == {
+        "code": "method_not_allowed",
+        "message": f"method WEBSOCKET not allowed on {path.rstrip('/')}",
+        "field": None,
+    }
+    nowhere = world.client.simulate_request("WEBSOCKET", "/api/nothing-here")
+    assert nowhere.status_code == 404 and nowhere.json["error"]["code"] == "not_found"
+
+
 # --- 8. emails with invisible characters -----------------------------------------------------
 
 BAD_EMAILS = [
