@@ -35,9 +35,24 @@ _FALCON_CODES = {
     411: "length_required",
     413: "payload_too_large",
     415: "unsupported_media_type",
+    # A Range past the end of a docs asset (Falcon's static route).
+    416: "range_not_satisfiable",
     429: "rate_limited",
     503: "unavailable",
 }
+
+
+def falcon_code(status: int) -> str:
+    """The error code of a status Falcon raised: the table's, else its reason phrase in
+    snake case (``451`` is ``unavailable_for_legal_reasons``): a status missing from the
+    table was the generic ``error`` (416 was, found in review). ``error`` only for a
+    status without a phrase."""
+    known = _FALCON_CODES.get(status)
+    if known is not None:
+        return known
+    phrase = falcon.code_to_http_status(status)[4:]
+    words = re.findall(r"[a-z]+", phrase.lower().replace("'", ""))
+    return "_".join(words) if words and phrase != "Unknown" else "error"
 
 
 def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
@@ -59,7 +74,7 @@ def _falcon(req: falcon.Request, resp: falcon.Response, ex: falcon.HTTPError, _p
     elif status == 405:
         message = f"method {req.method} not allowed on {req.path}"
     resp.status = status
-    resp.media = error_body(_FALCON_CODES.get(status, "error"), message)
+    resp.media = error_body(falcon_code(status), message)
     if ex.headers:
         resp.set_headers(ex.headers)
 

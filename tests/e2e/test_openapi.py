@@ -124,6 +124,29 @@ def test_the_docs_assets_answer_reads_only(docs_client, method):
     assert head.status_code == 200 and head.content == b""
 
 
+def test_a_range_past_the_end_of_a_docs_asset_is_416_with_its_own_code(docs_client):
+    """Falcon's static route answers it 416; the error body said code "error" (the
+    status was missing from the table of Falcon's own errors)."""
+    resp = docs_client.simulate_get(
+        "/docs/assets/swagger-ui.css", headers={"Range": "bytes=100000000-"}
+    )
+    assert resp.status_code == 416
+    assert resp.json["error"]["code"] == "range_not_satisfiable"
+    assert resp.headers["Content-Range"].startswith("bytes */")
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(416, "range_not_satisfiable"), (418, "im_a_teapot"), (451, "unavailable_for_legal_reasons")],
+)
+def test_every_error_falcon_raises_has_a_code_of_its_status(status, code):
+    """Any status missing from the table gets a code made of its reason phrase, not the
+    generic "error"."""
+    from errortrack.api.errors import falcon_code
+
+    assert falcon_code(status) == code
+
+
 @pytest.mark.parametrize(
     "path", ["/api-docs/openapi.json", "/docs", "/docs/init.js", "/docs/assets/swagger-ui.css"]
 )
