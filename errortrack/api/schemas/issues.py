@@ -89,11 +89,18 @@ class Text(fields.Str):
         return _domain(parse_text, super()._deserialize(value, attr, data, **kwargs))
 
 
+# How parse_values reads every value of environment and release.
+_VALUES = (
+    " Each value is trimmed first, so a blank one is a 400 too (minLength counts before "
+    "trimming); a comma always separates values, so a value holding one cannot be asked for."
+)
+
+
 def _environment() -> Values:
     return Values(
         metadata={
             "description": "Only events in one of these environments, exactly as sent "
-            "(repeat or comma-separate: environment=production,staging)."
+            "(repeat or comma-separate: environment=production,staging)." + _VALUES
         }
     )
 
@@ -102,7 +109,7 @@ def _release() -> Values:
     return Values(
         metadata={
             "description": "Only events of one of these releases, exactly as sent "
-            "(repeat or comma-separate)."
+            "(repeat or comma-separate)." + _VALUES
         }
     )
 
@@ -138,12 +145,16 @@ class _EventFilters(Schema):
 
 class IssuesQuery(PageQuery):
     status = Statuses(
-        metadata={"description": "Only these statuses (repeat or comma-separate); all if absent."}
+        metadata={
+            "description": "Only these statuses (repeat or comma-separate; each value "
+            "trimmed, any case); all if absent."
+        }
     )
     level = Levels(
         metadata={
             "description": "Only issues at these levels (the level of their newest event; "
-            "repeat or comma-separate: level=error,fatal). The server also takes any case, "
+            "repeat or comma-separate: level=error,fatal; each value trimmed). The server "
+            "also takes any case, "
             "and warn for warning, critical for fatal, log for info (beyond the enum)."
         }
     )
@@ -151,20 +162,21 @@ class IssuesQuery(PageQuery):
         metadata={
             "maxLength": MAX_TEXT,
             "description": "Case-insensitive substring (ASCII case folding) of the title "
-            "or the culprit; % and _ are plain characters; blank is no filter.",
+            "or the culprit; % and _ are plain characters; trimmed (maxLength counts "
+            "after), and blank is no filter.",
         }
     )
     environment = Values(
         metadata={
             "description": "Only issues with at least one stored event in one of these "
-            "environments, exactly as sent (repeat or comma-separate)."
+            "environments, exactly as sent (repeat or comma-separate)." + _VALUES
         }
     )
     release = Values(
         metadata={
             "description": "Only issues with at least one stored event of one of these "
             "releases, exactly as sent (repeat or comma-separate). With environment: one "
-            "event in both."
+            "event in both." + _VALUES
         }
     )
     sort = fields.Str(
@@ -230,7 +242,7 @@ class ProjectEventsQuery(_EventCursor, _EventFilters, PayloadPageQuery):
     trace_id = TraceId(
         metadata={
             "description": "Only the events sent inside this trace: 32 hex digits, any "
-            "case, or a UUID with dashes.",
+            "case, or a UUID with dashes (trimmed).",
             "pattern": TRACE_ID_PATTERN,
         }
     )

@@ -81,29 +81,40 @@ class IsoTime(fields.DateTime):
         return _domain(filters.parse_time, value, attr)
 
 
+# How filters.parse_time reads start and end (datetime.fromisoformat has no second 60).
+_TIME = (
+    " Trimmed; without an offset it is UTC; finer than a microsecond is rounded up to the "
+    "next one; a leap second (:60) is a 400."
+)
+
+
 class _LogFilterQuery(Schema):
     """The filters the logs list and the tail share (``LogFilter``)."""
 
     level = Levels(
         metadata={
             "description": "Only these levels (by severity number). Repeat the parameter or "
-            "separate with commas: level=error&level=fatal or level=error,fatal. The server also "
-            "takes any case, and warning for warn (beyond the enum)."
+            "separate with commas: level=error&level=fatal or level=error,fatal; each value "
+            "is trimmed. The server also takes any case, and warning for warn (beyond the "
+            "enum)."
         }
     )
     trace_id = TraceId(
         metadata={
             "description": "Only the logs emitted inside this trace's spans: 32 hex "
-            "digits, any case, or a UUID with dashes.",
+            "digits, any case, or a UUID with dashes (trimmed).",
             "pattern": TRACE_ID_PATTERN,
         },
     )
     q = Text(
         validate=_Length(max=filters.MAX_TEXT),
-        metadata={"description": "Case-insensitive substring of the body (ASCII case folding)."},
+        metadata={
+            "description": "Case-insensitive substring of the body (ASCII case folding); "
+            "trimmed (maxLength counts after), and blank is no filter."
+        },
     )
-    start = IsoTime(metadata={"description": "Logs at or after this time (ISO 8601)."})
-    end = IsoTime(metadata={"description": "Logs before this time (ISO 8601)."})
+    start = IsoTime(metadata={"description": "Logs at or after this time (ISO 8601)." + _TIME})
+    end = IsoTime(metadata={"description": "Logs before this time (ISO 8601)." + _TIME})
     attr = fields.Dict(
         keys=fields.Str(),
         values=Values(),
