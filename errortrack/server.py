@@ -23,6 +23,7 @@ from a2wsgi import WSGIMiddleware
 from errortrack.api import health
 from errortrack.api import ingest as ingest_api
 from errortrack.api.errors import error_body
+from errortrack.api.middleware import SECURITY_HEADERS
 from errortrack.api.schemas import MAX_BODY_BYTES
 from errortrack.app import AsgiApp, configure, create_app
 from errortrack.config import Settings
@@ -174,8 +175,10 @@ class _Replay:
 
 
 async def _answer(send: Any, error: ErrortrackError) -> None:
-    """``error`` in the one JSON shape, from outside either app; a client already gone
-    is not an error (gunicorn drops what is sent to a closed connection)."""
+    """``error`` in the one JSON shape, for the management app from outside it; a client
+    already gone is not an error (gunicorn drops what is sent to a closed connection).
+    With the headers the app's SecurityHeaders gives every answer it makes (this 408 had
+    none of them): nothing here is cacheable."""
     body = orjson.dumps(error_body(error.code, error.message, error.field))
     await send(
         {
@@ -185,10 +188,15 @@ async def _answer(send: Any, error: ErrortrackError) -> None:
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
                 (b"connection", b"close"),
+                (b"cache-control", b"no-store"),
+                *_SECURITY_HEADERS,
             ],
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+_SECURITY_HEADERS = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
 
 
 # An absolute-form request target's scheme and authority ("http://host:port").

@@ -125,6 +125,14 @@ class HeadAsGet:
             resp.set_header("Allow", ", ".join(methods))
 
 
+# On every management answer (SecurityHeaders), those server.py makes itself too.
+SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+}
+
+
 class SecurityHeaders:
     """Headers on every answer of the management app (the API, /auth, the docs):
     - ``Cache-Control: no-store`` on every answer but the probes' and the docs'
@@ -141,9 +149,7 @@ class SecurityHeaders:
     def process_response(
         self, req: falcon.Request, resp: falcon.Response, resource: Any, req_succeeded: bool
     ) -> None:
-        resp.set_header("X-Content-Type-Options", "nosniff")
-        resp.set_header("X-Frame-Options", "DENY")
-        resp.set_header("Referrer-Policy", "no-referrer")
+        resp.set_headers(SECURITY_HEADERS)
         if not cacheable(req) and not resp.get_header("Cache-Control"):
             resp.set_header("Cache-Control", "no-store")
 

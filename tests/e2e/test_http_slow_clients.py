@@ -193,6 +193,29 @@ def test_a_management_body_that_never_ends_is_408(state, monkeypatch):
     assert orjson.loads(sent[1]["body"])["error"]["code"] == "request_timeout"
 
 
+def test_the_408_of_a_management_body_cut_short_has_every_management_answer_s_headers(state):
+    """Answered by the server before the app, it had none of the headers API.md says
+    every management answer carries."""
+    app = create_server_app(state=state)
+    sent: list[dict] = []
+    events = [{"type": "http.request", "body": b'{"em', "more_body": True}]
+
+    async def receive() -> dict:
+        return events.pop(0) if events else {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    headers = [(b"content-length", b"100"), (b"content-type", b"application/json")]
+    asyncio.run(app(_scope("/auth/login", headers), receive, send))
+    assert sent[0]["status"] == 408
+    answered = dict(sent[0]["headers"])
+    assert answered[b"cache-control"] == b"no-store"
+    assert answered[b"x-content-type-options"] == b"nosniff"
+    assert answered[b"x-frame-options"] == b"DENY"
+    assert answered[b"referrer-policy"] == b"no-referrer"
+
+
 def test_an_embedded_engine_held_by_another_process_is_503(state, tmp_path):
     """During a reload the old worker holds chDB's directory while it drains: the new
     worker's API reads were 500s with a traceback; /readyz said 503."""
