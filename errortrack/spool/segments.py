@@ -103,6 +103,8 @@ def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
 FLOOR_SHARE = 0.05
 # How often the syncer thread looks at the free space (one statvfs, off the loops).
 FREE_CHECK_SECONDS = 0.5
+# How long ``close`` waits for the syncer thread to write and sync what is queued.
+CLOSE_WAIT_SECONDS = 60.0
 
 
 class Spool:
@@ -150,6 +152,10 @@ class Spool:
         self._queued_in = 0
         self._queued_out = 0
         self._queue_lock = threading.Lock()
+        # Set by ``close`` (under _queue_lock): from then on appends are refused. An
+        # append after it started a new syncer thread that wrote into the directory whose
+        # lock close had let go, where another worker adopts and deletes its segments.
+        self._closed = False
         self._bisecting: set[Path] = set()  # markers of our segments (mark_bisect)
 
     # -- ownership ---------------------------------------------------------------------
@@ -177,10 +183,20 @@ class Spool:
         self.look_at_free_space()  # before the first request: a disk already too full
 
     def close(self) -> None:
-        """Seal what is written and release the directory (its segments stay for replay)."""
-        if self._syncer is not None and self._syncer_thread is not None:
-            self._syncer.put(None)  # it writes and syncs what is queued, then ends
-            self._syncer_thread.join(timeout=60)
+        """Seal what is written and release the directory (its segments stay for replay).
+        Appends are refused from here on (503): the directory is no longer ours."""
+        with self._queue_lock:
+            # Under the lock that appends queue under: every request accepted before
+            # this is queued before the None below, none after it.
+            self._closed = True
+            work, thread = self._syncer, self._syncer_thread
+            if work is not None:
+                work.put(None)  # it writes and syncs what is queued, then ends
+        if work is not None and thread is not None:
+            thread.join(timeout=CLOSE_WAIT_SECONDS)
+            # Still there only if the thread did not end in time (a hung disk): those
+            # requests would wait for an answer forever, and are not written now.
+            self._fail_queued(work)
             self._syncer = self._syncer_thread = None
         with self._cond:
             self._seal_locked()
@@ -243,11 +259,13 @@ class Spool:
         once the record is durable. Raises Unavailable at once when over the size cap;
         the future fails with Unavailable if the write fails."""
         size = records.size(tables)  # encoded (and checksummed) by the syncer thread
-        # Started first: it also looks at the free space, so that a disk found too full
-        # at ``open`` is seen to have room again though every request is refused.
-        work = self._syncer_queue()
         waiter = _Waiter(asyncio.get_running_loop())
         with self._queue_lock:
+            if self._closed:
+                raise self._closing()
+            # Started first: it also looks at the free space, so that a disk found too
+            # full at ``open`` is seen to have room again though every request is refused.
+            work = self._syncer_queue()
             # Counters read without the spool's lock: the cap is a bound on disk use, and
             # queued bytes count, so it cannot be overrun by more than one request.
             if self._bytes + self._queued_in - self._queued_out >= self.max_bytes:
@@ -255,8 +273,27 @@ class Spool:
             if self.disk_low:
                 raise self._no_room()
             self._queued_in += size
-        work.put((tables, size, rows, waiter))
+            # Queued under the lock, so that close's None comes after it.
+            work.put((tables, size, rows, waiter))
         return waiter.future
+
+    def _fail_queued(self, work: queue.SimpleQueue[_Job]) -> None:
+        """Fail the requests left in the syncer's queue once it stopped."""
+        stop = False
+        while True:
+            try:
+                job = work.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                stop = True
+                continue
+            _, size, _, waiter = job
+            with self._cond:
+                self._queued_out += size
+            waiter.settle(self._closing())
+        if stop:
+            work.put(None)  # a thread that is still running ends when it gets there
 
     def _syncer_queue(self) -> queue.SimpleQueue[_Job]:
         syncer = self._syncer
@@ -319,6 +356,11 @@ class Spool:
                 try:
                     if self.dir is None:
                         self.open()  # tests that never start the writer spool durably too
+                    elif self._lock_file is None:
+                        # Closed, and the thread took these before close gave up on it:
+                        # the directory is no longer ours, and another worker may be
+                        # inserting and deleting its segments.
+                        raise self._closing()
                     self._write_locked(record, rows)
                 except (Unavailable, OSError) as exc:
                     failed.append((waiter, exc))
@@ -375,6 +417,12 @@ class Spool:
         # The numbers go to the log and /readyz; SDKs (anyone with a DSN) get the reason.
         return Unavailable(
             "the server's disk is nearly full; retry later", retry_after=self.retry_after
+        )
+
+    def _closing(self) -> Unavailable:
+        return Unavailable(
+            "the server is stopping and takes no more events here; retry later",
+            retry_after=self.retry_after,
         )
 
     def _full(self) -> Unavailable:

@@ -405,6 +405,58 @@ def test_close_ends_the_syncer_thread(tmp_path):
     assert not any(t.is_alive() for t in syncers)
 
 
+def test_an_append_after_close_is_503_and_writes_nothing(tmp_path):
+    # Writer.stop during a reload while a slow request is still read: the directory's
+    # lock is let go, so another worker may adopt (insert, delete) what is in it.
+    spool = _spool(tmp_path)
+    spool.append({"logs": b'{"n":1}\n'}, 1)
+    spool.close()
+    [sealed] = spool.sealed()
+    before = set(threading.enumerate())
+    with pytest.raises(Unavailable) as info:
+        spool.append({"logs": b'{"n":2}\n'}, 1)
+    assert info.value.status == 503 and info.value.headers()["Retry-After"]
+    assert not [t for t in set(threading.enumerate()) - before if t.name == "spool-sync"]
+    assert spool.pending() == 1 and list(spool.dir.glob("*.seg")) == [sealed]
+    other = _spool(tmp_path)  # adopts the closed worker's segment
+    assert records.decode(other.sealed()[0].read_bytes())[0] == {"logs": b'{"n":1}\n'}
+
+
+def test_requests_the_syncer_had_not_written_when_close_gave_up_fail_instead_of_hanging(
+    tmp_path, monkeypatch
+):
+    from errortrack.spool import segments
+
+    spool = _spool(tmp_path)
+    monkeypatch.setattr(segments, "CLOSE_WAIT_SECONDS", 0.2)
+    entered, release = threading.Event(), threading.Event()
+    encode = records.encode
+
+    def stuck(tables):  # a syncer thread held up (a hung disk) with a request in hand
+        entered.set()
+        release.wait(10)
+        return encode(tables)
+
+    monkeypatch.setattr(records, "encode", stuck)
+
+    async def main() -> list[BaseException | None]:
+        taken = spool.append_async({"logs": b'{"n":1}\n'}, 1)
+        assert await asyncio.to_thread(entered.wait, 5)
+        queued = spool.append_async({"logs": b'{"n":2}\n'}, 1)
+        await asyncio.to_thread(spool.close)  # gives up on the thread after 0.2 s
+        release.set()
+        done = await asyncio.wait_for(
+            asyncio.gather(taken, queued, return_exceptions=True), timeout=5
+        )
+        return list(done)
+
+    answers = asyncio.run(main())
+    assert all(isinstance(a, Unavailable) for a in answers), answers
+    # Nothing was written into the directory let go, and the spool's count is back to 0.
+    assert list(spool.dir.glob("*.seg")) == [] and spool.pending() == 0
+    assert spool._queued_in == spool._queued_out
+
+
 def test_segment_seals_at_batch_rows_and_writer_deletes_after_insert(tmp_path):
     spool = _spool(tmp_path, batch_rows=3)
     inserted = []
