@@ -139,7 +139,8 @@ class Quarantine:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._ids: dict[str, set[str]] = {}  # per table, the ids in its file (add())
+        # Per table, the ids in its file and the file's stamp (``_stamp``) when read.
+        self._ids: dict[str, tuple[tuple[int, int, int], set[str]]] = {}
 
     def file(self, table: str) -> Path:
         return self.path / f"{table}.jsonl"
@@ -178,6 +179,8 @@ class Quarantine:
                 entry["counted"] = counted
             _append(self.file(table), (json.dumps(entry, ensure_ascii=True) + "\n").encode())
             ids.add(row_id)
+            # Our own line, under the lock: no need to read the file again for it.
+            self._ids[table] = (self._stamp(table), ids)
             return True
 
     def holds(self, table: str, row_id: str) -> bool:
@@ -191,12 +194,27 @@ class Quarantine:
             return sum(1 for row_id in self._known(table) if row_id.startswith(prefix))
 
     def _known(self, table: str) -> set[str]:
-        ids = self._ids.get(table)
-        if ids is None:
-            # Read once per process: a segment belongs to one process at a time, so only
-            # this one adds the ids of the segments it inserts.
-            ids = self._ids[table] = {str(e.get("id")) for e in self.entries(table)}
+        """The ids in ``table``'s file; called under the lock. Read again whenever the
+        file changed since this process last read it: another worker adds rows too (a
+        segment it bisected, then died, is adopted and replayed here; ids cached before
+        would quarantine its rows twice, or insert one that stays quarantined) and
+        ``requeue`` (the command) rewrites it."""
+        stamp = self._stamp(table)
+        cached = self._ids.get(table)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        ids = {str(e.get("id")) for e in self.entries(table)}
+        self._ids[table] = (stamp, ids)
         return ids
+
+    def _stamp(self, table: str) -> tuple[int, int, int]:
+        # The file only grows between rewrites, which are new files (another inode); the
+        # time tells a file deleted and started again on the same inode, at the same size.
+        try:
+            st = os.stat(self.file(table))
+        except FileNotFoundError:
+            return (0, 0, 0)
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def entries(self, table: str) -> list[dict[str, Any]]:
         """The kept rows; a line that does not parse (edited by hand?) comes back as

@@ -144,6 +144,25 @@ def test_rows_are_appended_once_each_and_come_back_byte_for_byte(tmp_path):
     assert Quarantine(tmp_path / "nowhere").count() == 0
 
 
+def test_rows_another_process_adds_or_requeues_are_seen_by_one_that_read_the_ids_before(
+    tmp_path,
+):
+    # Two workers: this one adopts and replays a segment the other bisected before it
+    # died. Ids read before the other's add made it quarantine the row a second time.
+    here, there = Quarantine(tmp_path), Quarantine(tmp_path)
+    assert not here.holds("logs", "s:logs:1")  # read (empty) before the other's add
+    assert there.add("logs", "s:logs:1", "s:logs", b"{}", "Code: 27.")
+    assert here.holds("logs", "s:logs:1") and here.held_from("logs", "s:logs") == 1
+    assert not here.add("logs", "s:logs:1", "s:logs", b"{}", "again")
+    assert here.add("logs", "s:logs:2", "s:logs", b"{}", "Code: 27.")
+    assert [e["id"] for e in there.entries("logs")] == ["s:logs:1", "s:logs:2"]
+    # The other requeues them all: a row is no longer held, and is quarantined again.
+    assert there.requeue("logs", lambda entry: None) == (2, 0)
+    assert not here.holds("logs", "s:logs:1") and here.held_from("logs", "s:logs") == 0
+    assert here.add("logs", "s:logs:1", "s:logs", b"{}", "Code: 27.")
+    assert there.holds("logs", "s:logs:1")
+
+
 def test_an_unreadable_line_is_neither_fatal_nor_dropped(tmp_path):
     kept = Quarantine(tmp_path)
     kept.add("logs", "a", "b", b"{}", "e")
