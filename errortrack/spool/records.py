@@ -67,6 +67,18 @@ def decode(segment: bytes) -> tuple[dict[str, bytes], int]:
     return {name: b"".join(parts) for name, parts in chunks.items()}, pos
 
 
+def torn_tail(segment: bytes, intact: int) -> bool:
+    """Whether the bytes after the ``intact`` ones (``decode``) are at most one record cut
+    short, as a crash or a failed write leaves it: part of a header, or a header whose
+    record reaches the end of the segment. A write is cut short from its end, so its
+    header, when there, is whole; a bad record followed by more bytes is damage."""
+    rest = len(segment) - intact
+    if rest < _RECORD.size:
+        return True
+    length, _ = _RECORD.unpack_from(segment, intact)
+    return intact + _RECORD.size + length >= len(segment)
+
+
 def _parts(view: memoryview, pos: int, end: int, into: dict[str, list[memoryview]]) -> None:
     while pos < end:
         index, length = _PART.unpack_from(view, pos)

@@ -17,6 +17,9 @@
 - A marker ``<segment stem>.<table>.bisect`` next to a segment records that the writer
   inserts that table's rows in parts (a poison row, writer.py), and lists the row ranges
   it has split since; it goes with its segment on adoption and is deleted after it.
+- A segment that holds more than its intact records and a torn tail (writer.py,
+  ``Writer.write_segment``) is moved to ``<root>/damaged/`` once those are inserted,
+  not deleted: what follows a bad record may be acknowledged rows (docs/INGEST.md).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from errortrack.spool import ownership, records
 log = logging.getLogger(__name__)
 SUFFIX = ".seg"
 MARKER = ".bisect"
+DAMAGED = "damaged"  # under the spool's root: segments kept for an operator
 _RANGE = re.compile(r"(\d+)-(\d+)", re.ASCII)  # a line of a bisection marker
 
 
@@ -157,6 +161,10 @@ class Spool:
         # lock close had let go, where another worker adopts and deletes its segments.
         self._closed = False
         self._bisecting: set[Path] = set()  # markers of our segments (mark_bisect)
+        # Sealed segments that may end with a record cut short (``may_be_torn``): adopted
+        # ones (their process may have crashed mid-write) and ours that a failed write or
+        # sync ended. Any other segment of ours was written and synced whole.
+        self._may_be_torn: set[Path] = set()
 
     # -- ownership ---------------------------------------------------------------------
     def open(self) -> None:
@@ -233,6 +241,7 @@ class Spool:
         with their creation time) and keep the markers whose segment came with them."""
         for seg in found:
             self._bytes += seg.stat().st_size
+        self._may_be_torn.update(found)
         if found:
             self._sealed = collections.deque(sorted({*self._sealed, *found}, key=lambda p: p.name))
             log.info("spool: replaying %d leftover segment(s)", len(found))
@@ -482,6 +491,7 @@ class Spool:
             # counter below the bytes on disk, negative once the spool drained).
             with contextlib.suppress(OSError):
                 self._bytes += os.fstat(seg.fd).st_size - seg.size
+            self._may_be_torn.add(seg.path)
             self._seal_locked()
 
     def _cannot_write(self, exc: OSError) -> Unavailable:
@@ -509,6 +519,7 @@ class Spool:
                     # stops at a record that fails its checksum, and a record
                     # acknowledged after them would be lost. Those before were
                     # acknowledged by earlier syncs and are intact.
+                    self._may_be_torn.add(seg.path)
                     self._hand_over_locked(seg)
             raise error from None
         finally:
@@ -578,6 +589,7 @@ class Spool:
             # writer's age seal, stop, close) can do nothing more about it.
             log.error("spool: syncing a segment to seal it failed: %s", exc)
             self._fail_covered_locked(target, exc)
+            self._may_be_torn.add(seg.path)
             self._hand_over_locked(seg)
             self._release_durable_locked()
             return
@@ -614,8 +626,40 @@ class Spool:
         with self._cond:
             self._sealed.remove(path)
             self._bytes -= size
+            self._may_be_torn.discard(path)
         if self._bisecting:
             self._drop_markers(path)
+
+    def may_be_torn(self, path: Path) -> bool:
+        """Whether a sealed segment may end with a record cut short, which was never
+        acknowledged (its request got no 200): adopted, or ended by a failed write or
+        sync of ours. A segment of ours sealed whole holds only intact records."""
+        with self._cond:
+            return path in self._may_be_torn
+
+    def keep_damaged(self, path: Path) -> Path:
+        """Move a sealed segment whose intact records are in ClickHouse, but which holds
+        more than a torn tail after them, to ``<root>/damaged/`` (the writer logged it);
+        return its new path. Kept, not deleted: records after a bad one may be
+        acknowledged rows, which an operator can still look at."""
+        damaged = self.root / DAMAGED
+        if not damaged.is_dir():
+            damaged.mkdir(exist_ok=True)
+            ownership.fsync_dir(self.root)
+        size = path.stat().st_size
+        target = damaged / path.name  # a segment's name is unique (time and random)
+        path.rename(target)
+        # Both entries durable before the markers go: a crash in between leaves the
+        # segment where it was, to be inserted (deduplicated) and moved again.
+        ownership.fsync_dir(damaged)
+        ownership.fsync_dir(path.parent)
+        with self._cond:
+            self._sealed.remove(path)
+            self._bytes -= size
+            self._may_be_torn.discard(path)
+        if self._bisecting:
+            self._drop_markers(path)
+        return target
 
     # -- poison rows (writer.py) ---------------------------------------------------------
     def mark_bisect(self, path: Path, table: str) -> None:

@@ -68,7 +68,7 @@ import orjson
 
 from errortrack.analytics import ClickHouse
 from errortrack.spool import quarantine, records
-from errortrack.spool.segments import Spool
+from errortrack.spool.segments import DAMAGED, Spool
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +247,10 @@ class Writer:
         path = self.spool.next_sealed(wait)
         if path is None:
             return False
-        self.write_segment(path)
-        self.spool.done(path)
+        if self.write_segment(path):
+            self.spool.done(path)
+        else:
+            self.spool.keep_damaged(path)
         self.failures = 0
         return True
 
@@ -258,8 +260,11 @@ class Writer:
         while self.step():
             pass
 
-    def write_segment(self, path: Path) -> None:
-        tables, _ = records.decode(path.read_bytes())
+    def write_segment(self, path: Path) -> bool:
+        """Insert the segment's intact records. False when it holds more than a torn tail
+        after them (``_whole_or_torn``): ``step`` keeps it in damaged/, not deletes it."""
+        segment = path.read_bytes()
+        tables, intact = records.decode(segment)
         for table in WRITE_ORDER:
             data = tables.get(table)
             if not data:
@@ -268,6 +273,42 @@ class Writer:
                 self._bisect(path, table, data)  # a replay: resume as the marker says
             else:
                 self._write_table(path, table, data)
+        return intact == len(segment) or self._whole_or_torn(path, segment, intact)
+
+    def _whole_or_torn(self, path: Path, segment: bytes, intact: int) -> bool:
+        """Reading stopped at a bad record: whether what follows is only a torn tail.
+
+        A torn tail is at most one record cut short (``records.torn_tail``) at the end of
+        a segment that may have one (``Spool.may_be_torn``: a crashed process's, or one
+        a failed write or sync of ours ended). Its request never got its 200, so it is
+        dropped, as before, with a warning. Anything else (a bad record in a segment we
+        wrote and synced whole, or more bytes after a bad record) is damage: bit rot, a
+        bad sector, a change by hand. The records after the bad one may have been
+        acknowledged and are not read past it, so the segment is kept for an operator."""
+        rest = len(segment) - intact
+        if self.spool.may_be_torn(path) and records.torn_tail(segment, intact):
+            log.warning(
+                "spool: %s ends with %d bytes of a record cut short (a crash or a failed "
+                "write; its request was not acknowledged): dropped; its %d bytes of "
+                "intact records before it were inserted",
+                path.name,
+                rest,
+                intact,
+            )
+            return True
+        log.error(
+            "spool: %s is damaged: a bad record at byte %d of %d; the %d bytes of intact "
+            "records before it were inserted, the %d bytes from it on (which may hold "
+            "acknowledged rows) cannot be read: keeping the segment in %s "
+            "(docs/INGEST.md, 'Damaged segments')",
+            path.name,
+            intact,
+            len(segment),
+            intact,
+            rest,
+            self.spool.root / DAMAGED,
+        )
+        return False
 
     def _write_table(self, path: Path, table: str, data: bytes) -> None:
         token = f"{path.stem}:{table}"

@@ -503,6 +503,64 @@ def test_deleting_an_inserted_segment_does_not_hold_up_appends(tmp_path, monkeyp
     assert spool.size == later.stat().st_size
 
 
+def _three_records(spool: Spool) -> tuple[Path, int]:
+    for i in range(3):
+        spool.append({"logs": f'{{"n":{i}}}\n'.encode()}, 1)  # three 200s
+    spool.seal()
+    return spool.sealed()[-1], len(b"".join(records.encode({"logs": b'{"n":0}\n'})))
+
+
+def test_a_bad_record_before_others_keeps_its_segment_in_damaged_after_inserting_those_before(
+    tmp_path, caplog
+):
+    spool = _spool(tmp_path)
+    segment, one = _three_records(spool)
+    raw = bytearray(segment.read_bytes())
+    raw[one + 9] ^= 0xFF  # one flipped bit in record 2 (bit rot, a bad sector)
+    segment.write_bytes(bytes(raw))
+    inserted: list[bytes] = []
+    writer = Writer(spool, lambda table, data, token: inserted.append(data))
+    with caplog.at_level("WARNING", logger="errortrack.spool.writer"):
+        assert writer.step()
+    assert inserted == [b'{"n":0}\n']  # record 3 is not read past the bad one...
+    kept = tmp_path / "damaged" / segment.name
+    assert kept.read_bytes() == raw and not segment.exists()  # ...but kept, not deleted
+    assert spool.pending() == 0 and spool.size == 0
+    [said] = caplog.records
+    assert said.levelname == "ERROR" and "damaged" in said.getMessage()
+    assert f"at byte {one} of {len(raw)}" in said.getMessage()
+    # The same in the last record of a segment this process wrote and synced whole: no
+    # crash can have cut it short, so it is damage too.
+    segment, one = _three_records(spool)
+    raw = bytearray(segment.read_bytes())
+    raw[-1] ^= 0xFF
+    segment.write_bytes(bytes(raw))
+    assert writer.step()
+    assert (tmp_path / "damaged" / segment.name).exists() and not segment.exists()
+
+
+def test_an_adopted_segment_loses_only_a_torn_tail_and_is_kept_when_more_follows(tmp_path, caplog):
+    crashed = _spool(tmp_path)
+    torn, one = _three_records(crashed)
+    torn.write_bytes(torn.read_bytes()[: 2 * one + 5])  # a crash cut record 3 short
+    damaged, _ = _three_records(crashed)
+    raw = bytearray(damaged.read_bytes())
+    raw[one + 9] ^= 0xFF  # a bad record followed by a whole one: not a torn write
+    damaged.write_bytes(bytes(raw))
+    os.close(crashed._lock_file)  # the process dies
+    spool = _spool(tmp_path)  # adopts both
+    inserted: list[bytes] = []
+    writer = Writer(spool, lambda table, data, token: inserted.append(data))
+    with caplog.at_level("WARNING", logger="errortrack.spool.writer"):
+        writer.drain()
+    assert inserted == [b'{"n":0}\n{"n":1}\n', b'{"n":0}\n']
+    assert [p.name for p in (tmp_path / "damaged").iterdir()] == [damaged.name]
+    assert not list(tmp_path.glob("w-*/*.seg")) and spool.size == 0
+    warned, error = caplog.records
+    assert warned.levelname == "WARNING" and "5 bytes of a record cut short" in warned.message
+    assert error.levelname == "ERROR" and damaged.name in error.getMessage()
+
+
 def test_failed_insert_keeps_the_segment(tmp_path):
     spool = _spool(tmp_path)
 
