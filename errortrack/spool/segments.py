@@ -679,15 +679,28 @@ class Spool:
     def record_split(self, path: Path, table: str, lo: int, hi: int) -> None:
         """Durably note that rows ``lo..hi-1`` were refused together, before any of their
         parts is sent: a replay must not send them together again either."""
-        fd = os.open(bisect_marker(path, table), os.O_RDWR | os.O_APPEND)
+        marker = bisect_marker(path, table)
+        fd = os.open(marker, os.O_RDWR | os.O_APPEND)
         try:
             journal = os.pread(fd, os.fstat(fd).st_size, 0)  # a few lines
+            size = len(journal)
             if journal and not journal.endswith(b"\n"):
                 # A line cut short by a crash (never synced, so none of its parts was
                 # sent): cut it off, or this range would join onto it ("4-" + "4-8\n"
                 # = "4-4-8\n") and the marker would hold neither.
-                os.ftruncate(fd, journal.rfind(b"\n") + 1)
-            os.write(fd, f"{lo}-{hi}\n".encode())
+                size = journal.rfind(b"\n") + 1
+                os.ftruncate(fd, size)
+            line = f"{lo}-{hi}\n".encode()
+            try:
+                # A short write (a nearly full disk) must raise: the range would not be
+                # noted, its halves would be sent all the same, and a replay would send
+                # the range whole again over them (duplicates).
+                written = os.write(fd, line)
+                if written != len(line):
+                    raise OSError(f"short write to {marker} ({written} of {len(line)} bytes)")
+            except OSError:
+                os.ftruncate(fd, size)  # no torn line left for the next range to join
+                raise
             os.fdatasync(fd)
         finally:
             os.close(fd)

@@ -869,6 +869,48 @@ def test_a_torn_marker_line_is_cut_before_the_next_range_and_never_read(tmp_path
     assert spool.splits(segment, "logs") == {(0, 8), (4, 6)}
 
 
+# A marker line written short, for real (RLIMIT_FSIZE, in a child as _LIMITED_CHILD).
+_SHORT_MARKER_CHILD = r"""
+import json, resource, sys
+from pathlib import Path
+from errortrack.spool.segments import Spool, bisect_marker
+
+spool = Spool(Path(sys.argv[1]), max_bytes=10**9, batch_rows=1000)
+spool.open()
+spool.append({"logs": b'{"n":1}\n'}, 1)
+spool.seal()
+[segment] = spool.sealed()
+spool.mark_bisect(segment, "logs")
+spool.record_split(segment, "logs", 0, 8)  # "0-8\n": 4 bytes
+old = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (6, old[1]))  # room for 2 more: "4-8\n" is 4
+try:
+    spool.record_split(segment, "logs", 4, 8)
+    error = None
+except OSError as exc:
+    error = str(exc)
+finally:
+    resource.setrlimit(resource.RLIMIT_FSIZE, old)
+print(json.dumps({"error": error, "marker": bisect_marker(segment, "logs").read_text(),
+                  "splits": sorted(spool.splits(segment, "logs"))}))
+"""
+
+
+def test_a_split_whose_marker_line_is_written_short_raises_and_leaves_no_torn_line(tmp_path):
+    # Had it returned, the writer would send the range's halves with the range not
+    # noted, and a replay would send it whole again over them.
+    out = subprocess.run(
+        [sys.executable, "-c", _SHORT_MARKER_CHILD, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["error"] and "short write" in got["error"]
+    assert got["marker"] == "0-8\n" and got["splits"] == [[0, 8]]
+
+
 def test_a_torn_record_that_cannot_be_cut_off_is_counted_until_its_segment_is_done(
     tmp_path, monkeypatch
 ):
