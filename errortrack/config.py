@@ -274,7 +274,10 @@ class Settings:
     # 18 MB event (100 breadcrumbs of 50 KB) that was stored whole (SDK review).
     max_event_bytes: int = _setting(2**20, _positive_int, "Cap on one event in bytes (413)")
     # Ingest spool: above this many bytes of rows not yet in ClickHouse, ingest answers 503.
-    spool_max_bytes: int = _setting(2**30, _positive_int, "Spool size cap in bytes (503)")
+    # Per worker (each has a spool of its own): N workers may hold N times this on disk.
+    spool_max_bytes: int = _setting(
+        2**30, _positive_int, "Spool size cap in bytes per worker (503; N workers, N times)"
+    )
     # Ingest: below this much free space on the spool's filesystem (at most 5 % of it),
     # ingest answers 503, so that retention, the cleanup API and a restart keep the room
     # they need (a disk filled to the last byte could not be freed by errortrack).
