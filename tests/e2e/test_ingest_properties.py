@@ -239,7 +239,7 @@ def test_every_typed_attribute_is_found_by_its_own_filter(ingest_world):
         )
         assert resp.status_code == 200, resp.text
         writer.drain()
-        for name, (_, value) in attributes.items():
+        for name, (kind, value) in attributes.items():
             text = _filter_text(value)
             if len(name) > MAX_ATTR_NAME or len(text) > MAX_ATTR_VALUE:
                 continue
@@ -247,8 +247,26 @@ def test_every_typed_attribute_is_found_by_its_own_filter(ingest_world):
             page = world.call("viewer", "GET", f"/api/projects/{pid}/logs?{query}")
             assert page.status_code == 200, page.text
             assert body in [item["body"] for item in page.json["items"]], (name, value, text)
+            # And not by another value: q alone narrows the list to this log, so without
+            # this a filter that matched everything (or was ignored) passed.
+            other = _other_text(kind, value)
+            query = urllib.parse.urlencode({f"attr[{name}]": other, "q": body, "per_page": 100})
+            page = world.call("viewer", "GET", f"/api/projects/{pid}/logs?{query}")
+            assert page.status_code == 200, page.text
+            assert body not in [item["body"] for item in page.json["items"]], (name, value, other)
 
     run()
+
+
+def _other_text(kind: str, value: Any) -> str:
+    """A filter text no type reads as ``value``: another string, the other boolean, or a
+    number of the other sign (so distinct as a double too, however large)."""
+    if kind == "boolean":
+        return "false" if value else "true"
+    if kind == "string":
+        return value + "x"
+    number = int(value) if isinstance(value, str) else value
+    return repr(-number - 1 if number >= 0 else -number + 1)
 
 
 texts = st.text(max_size=16)

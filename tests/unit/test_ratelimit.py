@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from errortrack.config import Settings
 from errortrack.ingest.ratelimit import RateLimiter, header
 
 LOGS = "log_item"
@@ -9,6 +10,7 @@ ERRORS = "error;default"
 
 
 def test_off_by_default():
+    assert Settings.from_env({}).rate_limit_per_second == 0
     limiter = RateLimiter(0, clock=lambda: 0.0)
     for _ in range(1000):
         assert limiter.take(1, {LOGS: 1000}) == {}
