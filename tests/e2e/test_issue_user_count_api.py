@@ -210,7 +210,11 @@ def test_status_changes_answer_the_issue_without_asking_clickhouse(world, monkey
     def unavailable(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a status change read ClickHouse")
 
-    monkeypatch.setattr(world.state.clickhouse, "query_rows", unavailable)
+    # Both: API requests read through a bounded copy (state.api_clickhouse), made on
+    # first use, which a patch of the original alone misses once it exists.
+    world.call("viewer", "GET", f"{ISSUES.format(p=p)}/{issue}")
+    for store in (world.state.clickhouse, world.state.api_clickhouse):
+        monkeypatch.setattr(store, "query_rows", unavailable)
     resp = world.call("editor", "POST", f"{ISSUES.format(p=p)}/{issue}/resolve")
     assert resp.status_code == 200, resp.text
     assert resp.json["status"] == "resolved" and "user_count" not in resp.json
