@@ -314,6 +314,14 @@ def test_deeply_nested_json_is_400_not_500(world, depth):
             + b"}",
             "a",
         ),
+        (
+            b'{"role": "admin", "x": '
+            + b'[{"y": ' * 500
+            + b'{"r\\u006fle": 1, "role": 2}'
+            + b"}]" * 500
+            + b"}",
+            "role",
+        ),
     ],
 )
 def test_a_body_with_a_key_twice_in_one_object_is_400_naming_it(world, body, key):
