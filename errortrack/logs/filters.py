@@ -12,7 +12,7 @@ import datetime as dt
 import math
 import re
 from collections.abc import Iterable
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 from errortrack.errors import ValidationError
 from errortrack.ingest.logs import SEVERITY
@@ -171,7 +171,17 @@ def as_whole(value: str) -> int | None:
     # Exact, in decimal: through a double, "1.0000000000000001" found the integer 1,
     # "1e-400" the integer 0, and "9007199254740993.0" (past 2**53) missed its integer.
     # The bounds are compared first, so that "1e99999" is never expanded.
-    exact = Decimal(value)
+    try:
+        exact = Decimal(value)
+    except InvalidOperation:
+        # An exponent past Decimal's own limits ("1e99999999999999999999999"; a 500 on
+        # the logs list): no Int64 is that far out, and no zero is written that way
+        # that "0" does not find too.
+        return None
+    if exact.is_zero():
+        return 0
+    if abs(exact.adjusted()) > 18:  # out of Int64, or a fraction: cheap, unexpanded
+        return None
     if not INT64_MIN <= exact <= INT64_MAX or exact != exact.to_integral_value():
         return None
     return int(exact)
