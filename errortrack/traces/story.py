@@ -174,7 +174,12 @@ def span_tree(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     a cycle (SDK data is not trusted to be a tree). Spans nested deeper than ``MAX_DEPTH``
     are listed, in start order, under their ancestor at that depth (``parent_span_id``
     still names each one's parent)."""
-    by_id = {node["span_id"]: node for node in nodes}
+    # One node per span id, the first (the query keeps one per id already): a second
+    # node of one id could hang under itself, and ``_top`` would never end.
+    by_id: dict[str, dict[str, Any]] = {}
+    for node in nodes:
+        by_id.setdefault(node["span_id"], node)
+    nodes = [node for node in nodes if by_id[node["span_id"]] is node]
     # Span id -> a span above it in its tree, walked to the tree's top by ``_top``.
     above: dict[str, str] = {}
     roots = []
