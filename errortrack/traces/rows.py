@@ -138,8 +138,9 @@ def place_item(
     segment_start = None if segment is None else times[segment][0]
     anchor = _anchor_of(segment_start, starts, received, drift)
     every = [t for pair in times for t in pair if t is not None]
+    ends = [end for _, end in times if end is not None]
     segment_end = None if segment is None else times[segment][1]
-    move = _item_move(anchor, every, segment_end, received, drift)
+    move = _item_move(anchor, every, ends, segment_end, received, drift)
     # Re-checked, never assumed: the arrival when even the anchor's place is implausible.
     fallback = received if anchor is None else move(anchor)
     if not timestamps.in_window(fallback, received):
@@ -168,12 +169,13 @@ def _anchor_of(
 def _item_move(
     anchor: float | None,
     times: list[float],
+    ends: list[float],
     segment_end: float | None,
     received: float,
     drift: float,
 ) -> Callable[[float], float]:
     """Where each time of an item goes: moved by the clock drift when its ``anchor`` and
-    its end (the segment's, if it has one, else its latest) are plausible; else (the
+    its ends are plausible (``_ends_ahead``); else (the
     whole item from a wrong clock) to its distance before the item's
     end, the latest of its ``times`` from the anchor on, counted back from the arrival, as
     spans end before the envelope is sent. Bringing the anchor there instead put every
@@ -193,15 +195,30 @@ def _item_move(
     end = max((t for t in times if anchor <= t <= anchor + MAX_SPAN_SECONDS), default=anchor)
     # A plausible start is not enough: a 10-minute job from a clock 5 minutes fast (too
     # little for the drift, which starts at 55 min) starts in the window but ends past
-    # its 60 s ahead, and its end and later spans had collapsed onto their starts. The
-    # segment's end when there is one: one child with a garbage end must not move the
-    # spans of a sane item.
-    judged = end if segment_end is None else segment_end
-    if timestamps.in_window(anchor + drift, received) and judged + drift <= (
-        received + timestamps.MAX_FUTURE
+    # its 60 s ahead, and its end and later spans had collapsed onto their starts.
+    if timestamps.in_window(anchor + drift, received) and not _ends_ahead(
+        anchor, ends, segment_end, received, drift
     ):
         return lambda t: t + drift
     return lambda t: received - (end - t)
+
+
+def _ends_ahead(
+    anchor: float, ends: list[float], segment_end: float | None, received: float, drift: float
+) -> bool:
+    """Whether an item whose start is plausible ends past the window's 60 s ahead, as
+    one from a clock minutes fast does (spans end before the envelope is sent). Judged
+    by the segment's end when it has a plausible one (within a day of the start), else by
+    most of its ends: one span's garbage end must not move its sane siblings (nor a
+    segment's end days after its start a transaction sent hours late)."""
+
+    def ahead(end: float) -> bool:
+        return end + drift > received + timestamps.MAX_FUTURE
+
+    if segment_end is not None and anchor <= segment_end <= anchor + MAX_SPAN_SECONDS:
+        return ahead(segment_end)
+    judged = [end for end in ends if abs(end - anchor) <= MAX_SPAN_SECONDS]
+    return 2 * sum(map(ahead, judged)) > len(judged)
 
 
 def _placed(

@@ -385,6 +385,37 @@ def test_one_child_ending_hours_ahead_moves_no_span_of_a_sane_transaction():
     assert placed == {"1": (now, 1_000_000), "2": (now + 0.2, 200_000), "3": (now + 0.5, 0)}
 
 
+def test_one_span_ending_an_hour_ahead_moves_no_sibling_of_an_item_without_segment():
+    # Without a segment the item was judged by its latest end: one span's garbage end
+    # moved its sane sibling an hour back. Most ends must be ahead for a wrong clock.
+    from errortrack.traces.rows import place_item
+
+    now = RECEIVED.timestamp()
+    placed = place_item([(now - 10, now - 5), (now - 3, now + 3600)], None, now, 0.0)
+    assert placed == [(now - 10, now - 5), (now - 3, now - 3)]
+
+
+def test_a_lone_span_from_a_clock_minutes_fast_ends_at_the_arrival():
+    from errortrack.traces.rows import place_item
+
+    now = RECEIVED.timestamp()
+    assert place_item([(now + 290, now + 300)], None, now, 0.0) == [(now - 10, now)]
+
+
+def test_a_segment_s_garbage_end_does_not_move_a_late_sent_transaction():
+    # A transaction sent two hours late (an offline cache) whose root ends days after it
+    # started: that end says nothing of the clock; the children's ends, all in the past,
+    # do, and nothing moves.
+    from errortrack.traces.rows import place_item
+
+    now = RECEIVED.timestamp()
+    start = now - 7200
+    times = [(start, start + 3 * 86400), (start + 1, start + 2), (start + 3, start + 4)]
+    placed = place_item(times, 0, now, 0.0)
+    assert placed[1:] == [(start + 1, start + 2), (start + 3, start + 4)]
+    assert placed[0] == (start, start)  # its end is outside the window: duration 0
+
+
 @pytest.mark.parametrize("where", ["event", "envelope"])
 def test_an_event_id_with_a_trailing_newline_is_400(where):
     # "$" matched before the newline and uuid.UUID then refused the id: a 500.
