@@ -13,6 +13,7 @@ crc check, and reading stops there.
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from collections.abc import Mapping
@@ -76,7 +77,30 @@ def torn_tail(segment: bytes, intact: int) -> bool:
     if rest < _RECORD.size:
         return True
     length, _ = _RECORD.unpack_from(segment, intact)
-    return intact + _RECORD.size + length >= len(segment)
+    if intact + _RECORD.size + length < len(segment):
+        return False
+    # A header whose record reaches the end: cut short, or one bit of its length field
+    # flipped, which also stretches it past the end. Only the second has a whole record
+    # after it.
+    return not _record_after(segment, intact + 1)
+
+
+# A part's table index: the payload's first byte. JSONEachRow text never holds these
+# bytes (JSON escapes control characters), so they occur only in the binary headers,
+# and the search for a record start looks at a few places per record.
+_INDEX_BYTE = re.compile(rb"[\x00-\x%02x]" % (len(TABLES) - 1))
+
+
+def _record_after(segment: bytes, start: int) -> bool:
+    """Whether a whole, intact record starts anywhere from ``start`` on."""
+    for found in _INDEX_BYTE.finditer(segment, start + _RECORD.size):
+        pos = found.start() - _RECORD.size
+        length, crc = _RECORD.unpack_from(segment, pos)
+        end = pos + _RECORD.size + length
+        whole = _PART.size <= length and end <= len(segment)
+        if whole and zlib.crc32(memoryview(segment)[pos + _RECORD.size : end]) == crc:
+            return True
+    return False
 
 
 def _parts(view: memoryview, pos: int, end: int, into: dict[str, list[memoryview]]) -> None:

@@ -649,14 +649,23 @@ class Spool:
         size = path.stat().st_size
         target = damaged / path.name  # a segment's name is unique (time and random)
         path.rename(target)
-        # Both entries durable before the markers go: a crash in between leaves the
-        # segment where it was, to be inserted (deduplicated) and moved again.
-        ownership.fsync_dir(damaged)
-        ownership.fsync_dir(path.parent)
+        # From here the segment is no longer where the writer looks: it leaves the queue
+        # whatever the syncs below do, or every retry met FileNotFoundError and the
+        # writer stalled behind it until a restart (found in review).
         with self._cond:
             self._sealed.remove(path)
             self._bytes -= size
             self._may_be_torn.discard(path)
+        try:
+            # Both entries durable before the markers go: a crash in between leaves the
+            # segment where it was, to be inserted (deduplicated) and moved again.
+            ownership.fsync_dir(damaged)
+            ownership.fsync_dir(path.parent)
+        except OSError as exc:
+            # Not durable: after a power cut the segment may be back where it was, and
+            # is then inserted (deduplicated) and kept again. Its markers stay for that.
+            log.error("spool: syncing the move of %s to %s failed: %s", path.name, damaged, exc)
+            return target
         if self._bisecting:
             self._drop_markers(path)
         return target

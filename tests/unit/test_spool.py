@@ -547,18 +547,63 @@ def test_an_adopted_segment_loses_only_a_torn_tail_and_is_kept_when_more_follows
     raw = bytearray(damaged.read_bytes())
     raw[one + 9] ^= 0xFF  # a bad record followed by a whole one: not a torn write
     damaged.write_bytes(bytes(raw))
+    # One bit of record 2's length: its stated end passes the segment's, as a torn
+    # write's does, but a whole record follows (it was dropped with a warning).
+    stretched, _ = _three_records(crashed)
+    raw = bytearray(stretched.read_bytes())
+    raw[one + 3] ^= 0x01
+    stretched.write_bytes(bytes(raw))
+    # A crash in a record's rows (its header whole): torn, whatever those bytes hold.
+    torn_rows, _ = _three_records(crashed)
+    torn_rows.write_bytes(torn_rows.read_bytes()[: 2 * one + 20])
     os.close(crashed._lock_file)  # the process dies
-    spool = _spool(tmp_path)  # adopts both
+    spool = _spool(tmp_path)  # adopts them all
     inserted: list[bytes] = []
     writer = Writer(spool, lambda table, data, token: inserted.append(data))
     with caplog.at_level("WARNING", logger="errortrack.spool.writer"):
         writer.drain()
-    assert inserted == [b'{"n":0}\n{"n":1}\n', b'{"n":0}\n']
-    assert [p.name for p in (tmp_path / "damaged").iterdir()] == [damaged.name]
+    two, first = b'{"n":0}\n{"n":1}\n', b'{"n":0}\n'
+    assert inserted == [two, first, first, two]
+    assert sorted(p.name for p in (tmp_path / "damaged").iterdir()) == sorted(
+        [damaged.name, stretched.name]
+    )
     assert not list(tmp_path.glob("w-*/*.seg")) and spool.size == 0
-    warned, error = caplog.records
+    warned, error, stretched_error, torn_warning = caplog.records
     assert warned.levelname == "WARNING" and "5 bytes of a record cut short" in warned.message
     assert error.levelname == "ERROR" and damaged.name in error.getMessage()
+    assert stretched_error.levelname == "ERROR" and stretched.name in stretched_error.getMessage()
+    assert torn_warning.levelname == "WARNING" and "20 bytes" in torn_warning.getMessage()
+
+
+def test_a_failed_sync_of_the_move_to_damaged_does_not_stall_the_writer(tmp_path, monkeypatch):
+    # The segment was renamed, then an EIO from the directory's fsync left it in the
+    # writer's queue under its old name: every retry met FileNotFoundError, and no later
+    # segment was inserted until a restart.
+    from errortrack.spool import ownership
+
+    spool = _spool(tmp_path)
+    segment, one = _three_records(spool)
+    raw = bytearray(segment.read_bytes())
+    raw[one + 9] ^= 0xFF
+    segment.write_bytes(bytes(raw))
+    spool.append({"logs": b'{"later":1}\n'}, 1)  # acknowledged after it
+    spool.seal()
+    real = ownership.fsync_dir
+    refused = []
+
+    def eio_once(path):
+        if path.name == "damaged" and not refused:
+            refused.append(path)
+            raise OSError(5, "Input/output error")
+        return real(path)
+
+    monkeypatch.setattr(ownership, "fsync_dir", eio_once)
+    inserted: list[bytes] = []
+    writer = Writer(spool, lambda table, data, token: inserted.append(data))
+    writer.drain()
+    assert refused and inserted == [b'{"n":0}\n', b'{"later":1}\n']
+    assert (tmp_path / "damaged" / segment.name).exists()
+    assert spool.pending() == 0 and spool.size == 0
 
 
 def test_failed_insert_keeps_the_segment(tmp_path):
