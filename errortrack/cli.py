@@ -368,6 +368,8 @@ def serve(host: str, port: int, workers: int | None, threads: int) -> None:
 def _bind_address(host: str, port: int) -> str:
     """gunicorn's ``host:port``, an IPv6 address in brackets: "::" made ":::8000",
     which gunicorn refused after the migrations had run."""
+    if host.startswith("unix:"):
+        return host  # gunicorn's socket path form; no port
     if ":" in host and not host.startswith("["):
         return f"[{host}]:{port}"
     return f"{host}:{port}"

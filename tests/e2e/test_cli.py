@@ -489,3 +489,18 @@ def test_a_data_dir_that_cannot_be_used_is_one_line(tmp_path, command, spoil, ex
     assert "Traceback" not in done.stderr, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and expected in errors[0], done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("host", "bind"),
+    [
+        ("127.0.0.1", "127.0.0.1:8000"),
+        ("::", "[::]:8000"),
+        ("[::1]", "[::1]:8000"),
+        ("unix:/run/errortrack.sock", "unix:/run/errortrack.sock"),
+    ],
+)
+def test_the_bind_address_gunicorn_is_given(host, bind):
+    from errortrack.cli import _bind_address
+
+    assert _bind_address(host, 8000) == bind
