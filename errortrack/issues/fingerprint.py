@@ -68,7 +68,15 @@ def is_default_variable(item: Any) -> bool:
 _URL = re.compile(r"\b(?:wss?|https?|ftp)://[^\s/$.?#][^\s]*")
 # A dotted domain ending in letters: "react@18.2.0", "step@build" and "nginx@sha256:..."
 # are versions, names and digests, not addresses (each pair merged into "<email>").
-_EMAIL = re.compile(r"(?<![\w.%+-])[\w.%+-]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}(?![\w.-]*\d)")
+# An address is not followed, in its run of [\w.-], by a digit. Checked after the match
+# (``_email``), not by a lookahead in it: the lookahead rescanned the rest of the text at
+# every backtrack of the domain, quadratic, and one 1 MiB message (1 KB gzipped) held
+# the event loop past gunicorn's 60 s, which killed the worker. A shorter domain has a
+# longer rest to check, so when the longest match fails the check every shorter one
+# does: checking the longest gives what the lookahead gave.
+_EMAIL = re.compile(r"(?<![\w.%+-])[\w.%+-]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}")
+_EMAIL_REST = re.compile(r"[\w.-]*")
+_DIGIT = re.compile(r"\d")
 _UUID = re.compile(
     r"\b[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}\b"
 )
@@ -97,12 +105,18 @@ _HEX = re.compile(r"\b(?:0x[0-9a-fA-F]+|(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,})\b")
 _NUMBER = re.compile(r"(?<!\w)\d+(?:[.,]\d+)*(?:ms|s)?(?!\w)")
 
 
+def _email(found: re.Match[str]) -> str:
+    rest = _EMAIL_REST.match(found.string, found.end())
+    followed_by_digit = rest is not None and _DIGIT.search(rest.group()) is not None
+    return found.group() if followed_by_digit else "<email>"
+
+
 def normalise_message(text: str) -> str:
     """The message with the parts that vary per occurrence replaced by placeholders."""
     if "://" in text:
         text = _URL.sub("<url>", text)
     if "@" in text:
-        text = _EMAIL.sub("<email>", text)
+        text = _EMAIL.sub(_email, text)
     text = _UUID.sub("<uuid>", text)
     if "-" in text:
         text = _DATE.sub("<date>", text)
@@ -246,7 +260,11 @@ def _url_module(url: str) -> str:
     # The file's own name stays, even numeric (a chunk id), but not a content hash.
     if file and not _URL_HASH_FILE.fullmatch(file):
         name = _URL_HASH_PART.sub("", file)
-        tokens.append(_URL_BASE64_HASH.sub("", name) or name or file)
+        # Only the last 9 characters can match (the pattern is anchored there): on the
+        # whole name its lookahead scanned to the end from every "-", quadratic in a
+        # name an SDK sends (990 frames of 1,000 dashes held the loop for 12.6 s).
+        hashless = name[:-9] + _URL_BASE64_HASH.sub("", name[-9:])
+        tokens.append(hashless or name or file)
     return "/".join(tokens) or "<unknown module>"
 
 
