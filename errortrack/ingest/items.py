@@ -43,6 +43,7 @@ from typing import Any
 import msgspec
 
 from errortrack import timestamps
+from errortrack.errors import PayloadTooLarge
 from errortrack.ingest import logs
 from errortrack.issues.events import handle_event
 from errortrack.spool.records import TABLES
@@ -50,6 +51,13 @@ from errortrack.traces.spans_v2 import handle_span
 from errortrack.traces.transactions import handle_transaction
 
 __all__ = ["HANDLERS", "TABLES", "ItemContext", "ItemRows", "dispatch", "drop_too_old"]
+
+
+# Rows (logs, spans, events) one envelope may make. An empty log ("{}," three bytes)
+# becomes a ~250-byte row: 20 MiB of them, 20 KB gzipped, made 7 M rows, held the event
+# loop for 21 s and took the worker to 5 GB. SDKs send at most 100 logs or ~1,000 spans
+# per item; 100,000 leaves room for a 70,000-event envelope (tests/e2e).
+MAX_ENVELOPE_ROWS = 100_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +72,18 @@ class ItemContext:
     # Seconds to add to the SDK's times: the sender's clock drift when its ``sent_at`` is
     # far from the arrival (``timestamps.drift``), else 0.
     drift: float = 0.0
+    # Rows the envelope may still make (``MAX_ENVELOPE_ROWS`` less its items' before):
+    # a handler refuses an item past it before making its rows (``check_rows``).
+    rows_left: int = MAX_ENVELOPE_ROWS
+
+
+def check_rows(count: int, what: str, ctx: ItemContext) -> None:
+    """413 when an item's ``count`` rows pass what the envelope may still make."""
+    if count > ctx.rows_left:
+        raise PayloadTooLarge(
+            f"the envelope holds more than {MAX_ENVELOPE_ROWS:,} logs, spans and events "
+            f"(at {what}); send fewer per envelope"
+        )
 
 
 @dataclasses.dataclass

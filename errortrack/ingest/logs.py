@@ -98,7 +98,7 @@ _DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 
 
 def handle_log(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> ItemRows:
-    from errortrack.ingest.items import ItemRows
+    from errortrack.ingest.items import ItemRows, check_rows
 
     if not payload.isascii():  # memchr speed; JSON from SDKs is mostly ASCII
         # msgspec skips the fields a struct does not name (an attribute's "unit") without
@@ -113,6 +113,7 @@ def handle_log(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> Ite
         logs = _ITEM.decode(payload).items
     except _DECODE_ERRORS as exc:
         raise _why_not(payload, exc) from None
+    check_rows(len(logs), "a log item", ctx)
     received = ctx.received_at.timestamp()
     pid, retention, drift = ctx.project_id, ctx.retention_days, ctx.drift
     # The stored attributes are the bytes as sent, unless a pretty-printed item (which

@@ -144,6 +144,9 @@ def _segments(spans: list[Any]) -> dict[str, Any]:
 
 
 def rows(spans: list[Any], ctx: ItemContext) -> list[dict[str, Any]]:
+    from errortrack.ingest.items import check_rows
+
+    check_rows(len(spans), "a span item", ctx)
     times = [_times(span) for span in spans]
     segment = next(
         (i for i, span in enumerate(spans) if times[i][0] is not None and _is_segment(span)),

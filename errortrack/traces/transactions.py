@@ -71,6 +71,9 @@ def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
     received = ctx.received_at.timestamp()
     children = event.get("spans")
     spans = [s for s in children if isinstance(s, dict)] if isinstance(children, list) else []
+    from errortrack.ingest.items import check_rows
+
+    check_rows(1 + len(spans), "a transaction", ctx)
     # The root (the event's own times) is the segment: index 0.
     times = [
         (timestamps.finite(s.get("start_timestamp")), timestamps.finite(s.get("timestamp")))

@@ -302,3 +302,45 @@ def test_a_flood_of_newlines_does_not_hold_the_event_loop():
     kept, longest = asyncio.run(main())
     assert [h["type"] for h, _ in envelope.parse(kept).items] == ["event", "attachment"]
     assert longest < 0.5, longest
+
+
+def _logs_item(count: int) -> bytes:
+    return _item("log", b'{"items":[' + b",".join([b"{}"] * count) + b"]}")
+
+
+def test_an_envelope_of_more_rows_than_the_cap_is_413_and_stores_nothing(
+    state, ingest_client, project, clickhouse
+):
+    # Empty logs: three bytes each on the wire, a ~250-byte row each. 20 MiB of them
+    # (20 KB gzipped) made 7 M rows, held the event loop for 21 s and took the worker to
+    # 5 GB; an envelope now makes at most MAX_ENVELOPE_ROWS rows.
+    from errortrack.ingest.items import MAX_ENVELOPE_ROWS
+
+    pid, key = project
+    for body in (
+        _envelope(_logs_item(MAX_ENVELOPE_ROWS + 1)),
+        # The cap is the envelope's: two items under it each, over it together.
+        _envelope(_logs_item(MAX_ENVELOPE_ROWS // 2), _logs_item(MAX_ENVELOPE_ROWS // 2 + 1)),
+        _envelope(
+            _logs_item(MAX_ENVELOPE_ROWS),
+            _item(
+                "transaction",
+                orjson.dumps(
+                    {
+                        "type": "transaction",
+                        "contexts": {"trace": {"trace_id": "ab" * 16, "span_id": "1" * 16}},
+                    }
+                ),
+            ),
+        ),
+    ):
+        resp = _post(ingest_client, pid, key, body)
+        assert resp.status_code == 413, resp.text
+        assert "more than 100,000 logs, spans and events" in resp.json["error"]["message"]
+    resp = _post(ingest_client, pid, key, _envelope(_logs_item(MAX_ENVELOPE_ROWS)))
+    assert resp.status_code == 200, resp.text
+    state.ingest.writer.drain()
+    [(stored,)] = clickhouse.query_rows(
+        "SELECT count() FROM logs WHERE project_id = {p:UInt64}", {"p": pid}
+    )
+    assert stored == MAX_ENVELOPE_ROWS
