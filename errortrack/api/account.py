@@ -97,17 +97,14 @@ class Logout:
         tags=("auth",),
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        current = login_session(req)
+        principal(req)
+        # The session the cookie names, also when a token authenticated the request (it
+        # wins over a cookie): clearing the cookie then left that session valid for its
+        # 14 days (found in review). Its secret is enough to end it: whoever holds it
+        # could use the session anyway.
         secret = session_cookie(req)
-        if current is not None:
-            sessions.end_session(session(req), current.id)
-        elif secret is not None:
-            # A token authenticated the request (it wins over a cookie), but the cookie
-            # sent beside it names a session too: clearing the cookie left that session
-            # valid for its 14 days (found in review). Its secret is enough to end it:
-            # whoever holds it could use the session anyway.
-            sessions.end_session_of_secret(session(req), secret)
-        if current is not None or secret is not None:
+        if secret is not None:
+            sessions.end_session(session(req), secret)
             # Ended before the cookie is cleared: a 503 that cleared it left the session
             # valid for its 14 days, and the user believing they had logged out.
             session(req).commit()

@@ -219,14 +219,15 @@ class UnknownMethods:
     def process_resource(
         self, req: falcon.Request, resp: falcon.Response, resource: Any, params: Any
     ) -> None:
-        if resource is not None and (req.method not in _KNOWN_METHODS or req.method == "WEBSOCKET"):
+        if resource is not None and req.method not in _KNOWN_METHODS:
             raise falcon.HTTPMethodNotAllowed(allowed_methods(resource))
 
     async def process_resource_async(self, req: Any, resp: Any, resource: Any, params: Any) -> None:
         self.process_resource(req, resp, resource, params)
 
 
-_KNOWN_METHODS = frozenset(falcon.COMBINED_METHODS)
+# Without WEBSOCKET, which is no method an HTTP request may have (see above).
+_KNOWN_METHODS = frozenset(falcon.COMBINED_METHODS) - {"WEBSOCKET"}
 
 
 def allowed_methods(resource: Any) -> list[str]:

@@ -82,11 +82,7 @@ def csrf_ok(login: LoginSession, header: str | None) -> bool:
     return hmac.compare_digest(login.csrf_token.encode(), sent)
 
 
-def end_session(session: Session, session_id: int) -> None:
-    session.execute(sa.delete(LoginSession).where(LoginSession.id == session_id))
-
-
-def end_session_of_secret(session: Session, secret: str) -> None:
+def end_session(session: Session, secret: str) -> None:
     """End the session a cookie names, whatever its state (unknown: nothing happens)."""
     session.execute(sa.delete(LoginSession).where(LoginSession.token_hash == sha256(secret)))
 
