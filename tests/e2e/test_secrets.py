@@ -167,17 +167,21 @@ def test_the_migration_lock_file_stays_openable_by_other_users(tmp_path):
     assert stat.S_IMODE((tmp_path / "data" / "x.sqlite3").stat().st_mode) == 0o600
 
 
-@once  # about the server's log, not the relational store
-def test_the_debug_log_of_requests_leaves_invitation_tokens_out(tmp_path):
-    """At DEBUG gunicorn logs each request's path, and an invitation's path is its
-    credential: anyone reading the log could accept it, an admin's included."""
-    secret = "inv-" + uuid.uuid4().hex
+def _debug_logging_server(tmp_path) -> Server:
     env = server_env(
         tmp_path / "data",
         f"sqlite:///{tmp_path / 'data' / 'x.sqlite3'}",
         ERRORTRACK_LOG_LEVEL="DEBUG",
     )
-    server = Server(env, threads=2).start()
+    return Server(env, threads=2).start()
+
+
+@once  # about the server's log, not the relational store
+def test_the_debug_log_of_requests_leaves_invitation_tokens_out(tmp_path):
+    """At DEBUG gunicorn logs each request's path, and an invitation's path is its
+    credential: anyone reading the log could accept it, an admin's included."""
+    secret = "inv-" + uuid.uuid4().hex
+    server = _debug_logging_server(tmp_path)
     try:
         httpx.get(f"{server.url}/auth/invitations/{secret}")
         httpx.post(f"{server.url}/auth/invitations/{secret}/accept", json={})
@@ -199,12 +203,7 @@ def test_the_debug_log_leaves_invitation_tokens_out_however_the_path_is_spelled(
     target (RFC 9112 3.2.2): both reach the invitation, and gunicorn's DEBUG line for
     either had its token (the redaction knew one spelling)."""
     secret = "inv-" + uuid.uuid4().hex
-    env = server_env(
-        tmp_path / "data",
-        f"sqlite:///{tmp_path / 'data' / 'x.sqlite3'}",
-        ERRORTRACK_LOG_LEVEL="DEBUG",
-    )
-    server = Server(env, threads=2).start()
+    server = _debug_logging_server(tmp_path)
     origin = f"http://127.0.0.1:{server.port}"
     try:
         for target in (f"//auth/invitations/{secret}", f"{origin}/auth/invitations/{secret}"):

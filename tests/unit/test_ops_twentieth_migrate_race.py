@@ -173,10 +173,29 @@ def test_a_migration_lock_held_too_long_is_one_line(tmp_path):
         pass  # released by the first block
 
 
-@pytest.mark.skipif(
+_AS_NOBODY = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None,
     reason="needs root and setpriv to run a step as another user",
 )
+
+
+def _migration_lock_as_nobody(data: Path, then: str) -> subprocess.CompletedProcess[str]:
+    """Take the migration lock of ``data``'s SQLite store as user 65534, then run
+    ``then`` (code with ``cm``, the lock's context manager, in scope)."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "from errortrack import relational;"
+        "cm = relational.migration_lock('sqlite:///' + sys.argv[2]);" + then
+    )
+    return subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+         "-c", code, str(Path(relational.__file__).parent.parent),
+         str(data / "errortrack.sqlite3")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+@_AS_NOBODY
 def test_a_lock_file_another_user_created_does_not_stop_migrations(tmp_path):
     """Root ran `token create` once (the README says it works beside a running server):
     the lock file it left, 0644 root, made every later migration by the service's user
@@ -188,45 +207,24 @@ def test_a_lock_file_another_user_created_does_not_stop_migrations(tmp_path):
     os.chown(data, 65534, 65534)
     lock = data / "errortrack.sqlite3.migrate.lock"
     lock.touch(mode=0o644)
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[1]);"
-        "from errortrack import relational;"
-        "cm = relational.migration_lock('sqlite:///' + sys.argv[2]);"
-        "cm.__enter__(); print('locked'); cm.__exit__(None, None, None)"
+    done = _migration_lock_as_nobody(
+        data, "cm.__enter__(); print('locked'); cm.__exit__(None, None, None)"
     )
-    done = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
-         "-c", code, str(Path(relational.__file__).parent.parent),
-         str(data / "errortrack.sqlite3")],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
     shutil.rmtree(data)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "locked"
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None,
-    reason="needs root and setpriv to run a step as another user",
-)
+@_AS_NOBODY
 def test_a_lock_file_that_cannot_be_created_names_the_refusal(tmp_path):
     """A data dir left owned by root (a Docker volume from an older image): creating
     the lock file was refused, the read-only retry found no file, and the message said
     "No such file or directory" instead of the cause."""
     data = Path(tempfile.mkdtemp(prefix="et-lock-", dir="/tmp"))
     data.chmod(0o755)  # root's, and others may only enter it
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[1]);"
-        "from errortrack import relational;"
-        "cm = relational.migration_lock('sqlite:///' + sys.argv[2]);"
-        "\ntry: cm.__enter__()\nexcept relational.MigrationLockError as e: print(e)"
+    done = _migration_lock_as_nobody(
+        data, "\ntry: cm.__enter__()\nexcept relational.MigrationLockError as e: print(e)"
     )
-    done = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
-         "-c", code, str(Path(relational.__file__).parent.parent),
-         str(data / "errortrack.sqlite3")],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
     shutil.rmtree(data)
     assert done.returncode == 0, done.stderr
     assert "Permission denied" in done.stdout, done.stdout
