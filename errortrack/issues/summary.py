@@ -43,23 +43,36 @@ def _formatted_message(event: dict[str, Any]) -> str:
 
 
 # A printf-style placeholder as Python's logging writes them: %s, %d, %(name)s, %5.2f, %%.
-_PLACEHOLDER = re.compile(r"%(?:\(([^)]*)\))?([#0 +-]*)(\d*)(?:\.(\d+))?([diouxXeEfFgGcrsa%])")
+# Possessive, and a name holds no "(" or "%": "%(" repeated (nothing closing it) made
+# every "%(" scan to the end, and "%" before a run of zeros tried every split of the run
+# between flags and width; both quadratic, 128 KB of "%(" took 34 s on the loop (DoS
+# review, twenty-ninth session). A name with "(" or "%" in it stays literal text.
+_PLACEHOLDER = re.compile(
+    r"%(?:\(([^()%]*+)\))?([#0 +-]*+)(\d*+)(?:\.(\d++))?([diouxXeEfFgGcrsa%])"
+)
 _MAX_WIDTH = 100  # "%999999999d" must not make a gigabyte title
+# Filled in no further than this: a title is the first line of it, clipped to 200, and a
+# name used again and again ("%(a)s" x 100,000 with a long "a") wrote each copy, GBs.
+FORMATTED_MAX = 64 * 1024
 
 
 def _with_params(template: Any, params: Any) -> Any:
     """``logentry.message`` with its ``params`` filled in, as Relay does for an event sent
     without ``formatted`` (sentry-python's older logging integration sends only the
     template and ``record.args``): the title read "user %s failed" for "user bob failed".
-    The template as it is when the params do not fit it (as Python would fail)."""
+    The template as it is when the params do not fit it (as Python would fail); what is
+    filled in up to ``FORMATTED_MAX`` characters, when more would be."""
     if not isinstance(template, str) or not isinstance(params, (list, dict)) or not params:
         return template
     positional = iter(params) if isinstance(params, list) else iter(())
     out: list[str] = []
-    end = 0
+    size = end = 0
     for match in _PLACEHOLDER.finditer(template):
+        if size > FORMATTED_MAX:
+            return "".join(out)[:FORMATTED_MAX]
         name, flags, width, precision, conversion = match.groups()
         out.append(template[end : match.start()])
+        size += match.start() - end
         end = match.end()
         if conversion == "%" and name is None:
             out.append("%")
@@ -72,7 +85,9 @@ def _with_params(template: Any, params: Any) -> Any:
             value = next(positional, _MISSING)
             if value is _MISSING:
                 return template
-        out.append(_placeholder(value, flags, width, precision, conversion))
+        shown = _placeholder(value, flags, width, precision, conversion)
+        out.append(shown)
+        size += len(shown)
     out.append(template[end:])
     return "".join(out)
 

@@ -200,6 +200,48 @@ def test_a_title_fills_in_the_params_of_a_message_sent_without_formatted():
     assert fingerprint(sent) == fingerprint(other)
 
 
+# The placeholder pattern as it was, greedy: the reference for what it matches.
+_PLACEHOLDER_AS_IT_WAS = re.compile(
+    r"%(?:\(([^)]*)\))?([#0 +-]*)(\d*)(?:\.(\d+))?([diouxXeEfFgGcrsa%])"
+)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_placeholders_are_found_as_before(seed):
+    # Possessive, the pattern must find what the greedy one found, but for a name with
+    # "(" or "%" in it, which now stays literal.
+    from errortrack.issues.summary import _PLACEHOLDER
+
+    rng = random.Random(seed)
+    for _ in range(50_000):
+        text = "".join(rng.choice("%()#0 +-1.9dsrxz ab") for _ in range(rng.randint(0, 16)))
+        before = [(m.span(), m.groups()) for m in _PLACEHOLDER_AS_IT_WAS.finditer(text)]
+        if any(g[0] is not None and ("(" in g[0] or "%" in g[0]) for _, g in before):
+            continue
+        assert [(m.span(), m.groups()) for m in _PLACEHOLDER.finditer(text)] == before, text
+
+
+def test_a_template_built_to_backtrack_or_repeat_a_param_costs_linear_time():
+    # "%(" repeated took 34 s for 128 KB; "%" and 8,000 zeros 1.3 s; "%(a)s" 16,000
+    # times with a 16,000-character "a" made a 256 MB title before it was clipped, a list
+    # "a" 4,000 times 3.3 s (DoS review, twenty-ninth session). Each is 1 MB here.
+    from errortrack.issues.summary import FORMATTED_MAX, _with_params, title
+
+    def titled(message, params):
+        return title({"logentry": {"message": message, "params": params}})
+
+    started = time.process_time()
+    assert titled("%(" * 500_000, ["x"]) == ("%(" * 100)[:199] + "\u2026"
+    assert titled("%" + "0" * 1_000_000 + "z", ["x"]).startswith("%000")
+    assert titled("%" + "0" * 500_000 + "." + "1" * 500_000 + "z", ["x"]).startswith("%000")
+    assert titled("%(a)s" * 200_000, {"a": "x" * 500_000}) == "x" * 199 + "\u2026"
+    assert titled("%(a)s" * 200_000, {"a": [0] * 250_000}).startswith("[0, 0, ")
+    assert time.process_time() - started < 5
+    # Filled in up to the cap; a shorter one whole, as before.
+    assert len(_with_params("%(a)s" * 200_000, {"a": "x" * 100})) == FORMATTED_MAX
+    assert _with_params("%(a)s-" * 3, {"a": "x" * 100}) == ("x" * 100 + "-") * 3
+
+
 # The address pattern as it was, with its lookahead: the reference for what it matches.
 _EMAIL_AS_IT_WAS = re.compile(
     r"(?<![\w.%+-])[\w.%+-]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}(?![\w.-]*\d)"
