@@ -272,3 +272,54 @@ def test_a_message_or_file_name_built_to_backtrack_costs_linear_time():
     for j in range(990):
         rules._url_module(f"http://x/{j}/" + "-" * 1000)
     assert time.process_time() - started < 5
+
+
+def test_hash_parts_hashes_the_json_list_of_the_parts():
+    # Fed a part at a time, the digest must stay what stored issues were grouped by.
+    import hashlib
+
+    import orjson
+
+    rng = random.Random(7)
+    for _ in range(200):
+        parts = ["".join(rng.choice('a"\\\u00e9\n,[') for _ in range(rng.randint(0, 6)))]
+        parts *= rng.randint(0, 4)
+        expected = hashlib.blake2b(orjson.dumps(parts), digest_size=16).hexdigest()
+        assert rules.hash_parts(iter(parts)) == expected
+
+
+def test_a_fingerprint_of_many_variables_costs_linear_time():
+    # 8,000 "{{message}}" took 4 s, "{{tags.z}}" 6 s, each entry reading the event again
+    # (DoS review, twenty-ninth session); a 1 MB event holds ten times as many.
+    message = "order 12 failed " * 30_000
+    tags = [["a", "b"]] * 30_000 + [["z", "q"]]
+    started = time.process_time()
+    for variable in ("{{message}}", "{{tags.z}}", "{{default}}", "{{type}}", "{{function}}"):
+        event = error(message=message, tags=tags, frames=[frame("f")] * 2_000)
+        event["fingerprint"] = [variable] * 70_000
+        fingerprint(event)
+    assert time.process_time() - started < 5
+    # Only the first FINGERPRINT_MAX entries count.
+    first = error(fingerprint=["{{type}}", *["x"] * (rules.FINGERPRINT_MAX - 1), "y"])
+    assert fingerprint(first) == fingerprint({**first, "fingerprint": first["fingerprint"][:-1]})
+    shorter = error(fingerprint=["{{type}}", "y"])
+    assert fingerprint(shorter) != fingerprint({**shorter, "fingerprint": ["{{type}}"]})
+
+
+def test_exception_groups_sharing_an_id_cost_linear_time():
+    # K groups with one exception_id each pushed its C children again: 4.6 s for 1 MB.
+    from errortrack.issues.summary import title
+
+    def exc(type_, exception_id, parent_id=None, group=False):
+        mechanism = {"type": "generic", "exception_id": exception_id, "is_exception_group": group}
+        if parent_id is not None:
+            mechanism["parent_id"] = parent_id
+        return {"type": type_, "value": "v", "mechanism": mechanism}
+
+    groups = [exc("G", 1, 0, group=True)] * 10_000
+    leaves = [exc("ValueError", 2, 1)] * 10_000
+    event = {"exception": {"values": [exc("Root", 0, group=True), *groups, *leaves]}}
+    started = time.process_time()
+    assert title(event) == "ValueError: v"
+    fingerprint(event)
+    assert time.process_time() - started < 2
