@@ -344,3 +344,28 @@ def test_an_envelope_of_more_rows_than_the_cap_is_413_and_stores_nothing(
         "SELECT count() FROM logs WHERE project_id = {p:UInt64}", {"p": pid}
     )
     assert stored == MAX_ENVELOPE_ROWS
+
+
+def test_an_envelope_of_more_items_than_the_cap_is_413_and_stores_nothing(
+    state, ingest_client, project, clickhouse
+):
+    # Items that make no row were not counted: 20 MiB of '{"type":"x"}' items (20 KB
+    # gzipped) held the event loop for 16 s and took 1.3 GB, for a 200 (DoS review,
+    # twenty-ninth session). An envelope now holds at most MAX_ENVELOPE_ITEMS items.
+    from errortrack.ingest.envelope import MAX_ENVELOPE_ITEMS
+
+    pid, key = project
+    log = _logs_item(1)
+    dropped = b'{"type":"client_report"}\n{}\n'
+    resp = _post(ingest_client, pid, key, _envelope(log, dropped * MAX_ENVELOPE_ITEMS))
+    assert resp.status_code == 413, resp.text
+    assert resp.json["error"]["message"] == (
+        "the envelope holds more than 100,000 items; send fewer per envelope"
+    )
+    resp = _post(ingest_client, pid, key, _envelope(log, dropped * (MAX_ENVELOPE_ITEMS - 1)))
+    assert resp.status_code == 200, resp.text
+    state.ingest.writer.drain()
+    [(stored,)] = clickhouse.query_rows(
+        "SELECT count() FROM logs WHERE project_id = {p:UInt64}", {"p": pid}
+    )
+    assert stored == 1
