@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from errortrack import nested, timestamps
+from errortrack.errors import BadRequest
 from errortrack.ingest.logs import INT64_MAX, INT64_MIN, typed_maps
 
 
@@ -37,6 +38,15 @@ def infer_type(value: Any) -> str | None:
 # the recursive flattening, or msgspec writing the attributes, raise RecursionError: a
 # 500 that lost the whole envelope.
 MAX_DEPTH = 32
+
+# The longest dotted name of a nested object that is flattened; a longer one is kept as
+# one string attribute, the JSON text of the object, as one below ``MAX_DEPTH`` is. Every
+# leaf's name repeats its object's name: ``{"K" * 40_000: {"0": 0, "1": 0, ...}}`` (72 KB)
+# made 4,000 names of 40 KB, 320 MB of rows. The bound is on the whole dotted name, not
+# on each key: 32 levels of keys each just under it would still repeat 32 times as much.
+# 200 is Sentry's longest tag key (Relay's); the longest name in Sentry's attribute
+# conventions is 47 characters.
+MAX_NAME = 200
 
 
 def infer_attributes(*sources: Any) -> dict[str, dict[str, Any]]:
@@ -77,7 +87,7 @@ def _flatten(source: Mapping[str, Any], out: dict[str, dict[str, Any]]) -> None:
             # dict, not Mapping: decoded JSON holds dicts, and the ABC's check cost more
             # than the rest of a flat value's handling.
             if isinstance(value, dict):
-                if len(stack) < MAX_DEPTH:
+                if len(stack) < MAX_DEPTH and len(name) <= MAX_NAME:
                     stack.append((f"{name}.", iter(value.items())))
                     break  # walk it now; this object's remaining entries wait on the stack
                 value = json_text(value)
@@ -243,6 +253,32 @@ def _placed(
     if finish < begin or not timestamps.in_window(finish, received):
         finish = begin
     return begin, finish
+
+
+# What one span's or the item's data puts into every row of the item is bounded, or an
+# O(n) payload made O(n²) bytes of rows, all in memory before any cap was checked: a
+# 112 KB transaction named with 40 KB and 4,000 children made 162 MB of rows.
+# The segment's name, as every span's ``segment_name``: as Relay trims a transaction's
+# name (docs/INGEST.md, "Choices").
+MAX_SEGMENT_NAME = 200
+# A trace or span id, which the segment's root lends every span of it (real ones are 32
+# and 16 hex digits, 36 characters as a UUID): longer is refused (``check_ids``).
+MAX_ID = 64
+
+
+def segment_name(name: str) -> str:
+    """A segment's name as its spans' ``segment_name``: at most ``MAX_SEGMENT_NAME``
+    characters (unchanged if shorter)."""
+    return name[:MAX_SEGMENT_NAME]
+
+
+def check_ids(source: Mapping[str, Any], where: str, *keys: str) -> None:
+    """400 when one of ``keys`` (ids) of ``source`` is a string longer than ``MAX_ID``;
+    ``where`` prefixes the field's name in the message."""
+    for key in keys:
+        value = source.get(key)
+        if isinstance(value, str) and len(value) > MAX_ID:
+            raise BadRequest(f"{where}{key} is longer than {MAX_ID} characters")
 
 
 def span_row(

@@ -24,9 +24,11 @@ from errortrack.errors import BadRequest
 from errortrack.ingest.envelope import decode_payload, items_of
 from errortrack.traces.rows import (
     Times,
+    check_ids,
     hex_id,
     infer_attributes,
     place_item,
+    segment_name,
     span_hex,
     span_row,
     text,
@@ -50,6 +52,7 @@ def _single(span: dict[str, Any], ctx: ItemContext) -> dict[str, Any]:
     trace_id, span_id = hex_id(span, "trace_id"), span_hex(span, "span_id")
     if not trace_id or not span_id:
         raise BadRequest("span needs a trace_id and a span_id")
+    check_ids(span, "span: ", "trace_id", "span_id")
     data = span.get("data")
     data = data if isinstance(data, dict) else {}
     segment_id = span_hex(span, "segment_id")
@@ -66,7 +69,7 @@ def _single(span: dict[str, Any], ctx: ItemContext) -> dict[str, Any]:
         span_id=span_id,
         parent_span_id=span_hex(span, "parent_span_id"),
         segment_id=segment_id or (span_id if is_segment else ""),
-        segment_name=text(data, "sentry.segment.name") or text(data, "transaction"),
+        segment_name=segment_name(text(data, "sentry.segment.name") or text(data, "transaction")),
         is_segment=is_segment,
         op=text(span, "op") or text(data, "sentry.op"),
         description=text(span, "description"),
@@ -147,6 +150,11 @@ def rows(spans: list[Any], ctx: ItemContext) -> list[dict[str, Any]]:
     from errortrack.ingest.items import check_rows
 
     check_rows(len(spans), "a span item", ctx)
+    # Before any row is made: a segment's span_id is every span's segment_id, and a long
+    # one refused only at its own row had been copied into the rows before it.
+    for i, span in enumerate(spans):
+        if isinstance(span, dict):
+            check_ids(span, f"span {i}: ", "trace_id", "span_id")
     times = [_times(span) for span in spans]
     segment = next(
         (i for i, span in enumerate(spans) if times[i][0] is not None and _is_segment(span)),
@@ -177,8 +185,10 @@ def _row(
         parent_span_id=span_hex(span, "parent_span_id"),
         segment_id=_attribute_text(attributes, "sentry.segment.id").lower()
         or (span_hex(root, "span_id") if root is not None else ""),
-        segment_name=_attribute_text(attributes, "sentry.segment.name")
-        or (text(root, "name") if root is not None else ""),
+        segment_name=segment_name(
+            _attribute_text(attributes, "sentry.segment.name")
+            or (text(root, "name") if root is not None else "")
+        ),
         is_segment=is_segment,
         op=_attribute_text(attributes, "sentry.op"),
         description=name,

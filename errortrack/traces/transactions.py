@@ -2,8 +2,8 @@
 
 A transaction is its root span (``contexts.trace`` with the transaction's name and
 times) plus ``spans[]``. The root becomes a row with ``is_segment = true``; every row
-carries the root's id and name as its segment. Times are ISO strings (Python) or float
-seconds (Node).
+carries the root's id and name (at most 200 characters: ``rows.MAX_SEGMENT_NAME``) as its
+segment. Times are ISO strings (Python) or float seconds (Node).
 """
 
 from __future__ import annotations
@@ -15,7 +15,17 @@ import orjson
 
 from errortrack import timestamps
 from errortrack.errors import BadRequest
-from errortrack.traces.rows import hex_id, infer_attributes, place_item, span_hex, span_row, text
+from errortrack.ingest.logs import INT64_MAX, INT64_MIN
+from errortrack.traces.rows import (
+    check_ids,
+    hex_id,
+    infer_attributes,
+    place_item,
+    segment_name,
+    span_hex,
+    span_row,
+    text,
+)
 
 if TYPE_CHECKING:
     from errortrack.ingest.items import ItemContext, ItemRows
@@ -63,7 +73,33 @@ def _root_context(event: dict[str, Any]) -> dict[str, Any]:
         or not span_hex(trace, "span_id")
     ):
         raise BadRequest("transaction needs contexts.trace with trace_id and span_id")
+    # Every span of the transaction carries them (``rows.MAX_ID``).
+    check_ids(trace, "contexts.trace.", "trace_id", "span_id")
     return trace
+
+
+# The longest release and environment copied into every span's attributes: Relay drops
+# longer ones as invalid (sentry-release-parser), and so are they here, left out of the
+# attributes, rather than repeated in every row: a 112 KB transaction with a 40 KB
+# release and 4,000 children had made 322 MB of rows.
+MAX_RELEASE = 200
+MAX_ENVIRONMENT = 64
+
+
+def _scope_value(value: Any, limit: int) -> Any:
+    """A release or environment as every span's attribute: a string, number or boolean
+    whose text is at most ``limit`` characters, typed as before; anything else (a longer
+    one, an object, whose keys became one attribute each, or an array) is left out
+    (``None``, as a value that was not sent)."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else None
+    if isinstance(value, bool | float):
+        return value
+    if isinstance(value, int):
+        # An integer beyond Int64 is kept as its digits (``rows.infer_type``), up to
+        # 4,300 of them (msgspec reads no more).
+        return value if INT64_MIN <= value <= INT64_MAX or len(str(value)) <= limit else None
+    return None
 
 
 def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
@@ -85,15 +121,15 @@ def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
         "project_id": ctx.project_id,
         "trace_id": hex_id(trace, "trace_id"),
         "segment_id": span_hex(trace, "span_id"),
-        "segment_name": name,
+        "segment_name": segment_name(name),
         "received_at": received,
         "retention_days": ctx.retention_days,
     }
     # The SDK's scope (release, environment) is event-wide; every span gets it, as Node
-    # 11 does, so spans filter alike whichever SDK sent them.
+    # 11 does, so spans filter alike whichever SDK sent them (bounded: ``_scope_value``).
     scope: dict[str, Any] = {
-        "sentry.release": event.get("release"),
-        "sentry.environment": event.get("environment"),
+        "sentry.release": _scope_value(event.get("release"), MAX_RELEASE),
+        "sentry.environment": _scope_value(event.get("environment"), MAX_ENVIRONMENT),
     }
     root = span_row(
         **common,
@@ -108,16 +144,23 @@ def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
         attributes=infer_attributes(scope, trace.get("data"), event.get("tags")),
     )
     children_rows = (
-        _child(s, common, scope, *times) for s, times in zip(spans, placed, strict=True)
+        _child(s, i, common, scope, *times)
+        for i, (s, times) in enumerate(zip(spans, placed, strict=True))
     )
     return [root, *children_rows]
 
 
 def _child(
-    span: dict[str, Any], common: dict[str, Any], scope: dict[str, Any], begin: float, end: float
+    span: dict[str, Any],
+    index: int,
+    common: dict[str, Any],
+    scope: dict[str, Any],
+    begin: float,
+    end: float,
 ) -> dict[str, Any]:
     if not span_hex(span, "span_id"):
         raise BadRequest("every span of a transaction needs a span_id")
+    check_ids(span, f"span {index} of the transaction: ", "trace_id", "span_id")
     return span_row(
         **{**common, "trace_id": hex_id(span, "trace_id") or common["trace_id"]},
         span_id=span_hex(span, "span_id"),
