@@ -228,8 +228,8 @@ def list_issues(
         pattern = text.translate(_ASCII_LOWER)
         where.append(
             sa.or_(
-                _ascii_lower(session, Issue.title).contains(pattern, autoescape=True),
-                _ascii_lower(session, Issue.culprit).contains(pattern, autoescape=True),
+                _holds(session, _ascii_lower(session, Issue.title), pattern),
+                _holds(session, _ascii_lower(session, Issue.culprit), pattern),
             )
         )
     if environments or releases:
@@ -345,6 +345,16 @@ def _id_in(session: Session, ids: Sequence[int]) -> sa.ColumnElement[bool]:
         sa.bindparam("issue_ids", orjson.dumps(list(ids)).decode(), type_=sa.String())
     ).table_valued("value")
     return Issue.id.in_(sa.select(each.c.value))
+
+
+def _holds(session: Session, text: sa.ColumnElement[str], part: str) -> sa.ColumnElement[bool]:
+    """Whether ``text`` holds ``part`` as it is (no wildcards): instr() on SQLite,
+    strpos() on PostgreSQL. LIKE '%part%' compared character by character from every
+    place the part's first character occurs: titles and culprits of 200 "a" and a q of
+    199 "a" and a "b" took 1.3 s a search at 20,000 issues on SQLite, against 22 ms for
+    another q of that length (API review, twenty-ninth session)."""
+    find = sa.func.strpos if session.get_bind().dialect.name == "postgresql" else sa.func.instr
+    return find(text, sa.literal(part, sa.String())) > 0
 
 
 def _ascii_lower(
