@@ -57,6 +57,13 @@ def _line(body: bytes, start: int) -> tuple[bytes, int]:
 MAX_ENVELOPE_ITEMS = 100_000
 
 
+def too_many_items() -> PayloadTooLarge:
+    """The 413 of an envelope past ``MAX_ENVELOPE_ITEMS`` (here, and as ``skim`` reads)."""
+    return PayloadTooLarge(
+        f"the envelope holds more than {MAX_ENVELOPE_ITEMS:,} items; send fewer per envelope"
+    )
+
+
 def parse(body: bytes) -> Envelope:
     if not body.strip():
         raise BadRequest("empty envelope: expected a JSON header line")
@@ -78,10 +85,7 @@ def parse(body: bytes) -> Envelope:
             continue
         number = len(items) + 1
         if number > MAX_ENVELOPE_ITEMS:
-            raise PayloadTooLarge(
-                f"the envelope holds more than {MAX_ENVELOPE_ITEMS:,} items; "
-                "send fewer per envelope"
-            )
+            raise too_many_items()
         item_header = _json_object(raw_header, f"item {number} header")
         payload, pos = _payload(body, after, item_header, number)
         items.append((item_header, payload))
