@@ -110,6 +110,9 @@ def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
     from errortrack.ingest.items import check_rows
 
     check_rows(1 + len(spans), "a transaction", ctx)
+    # Before any row is made, as span items are (``spans_v2.rows``).
+    for i, span in enumerate(spans):
+        check_ids(span, f"span {i} of the transaction: ", "trace_id", "span_id")
     # The root (the event's own times) is the segment: index 0.
     times = [
         (timestamps.finite(s.get("start_timestamp")), timestamps.finite(s.get("timestamp")))
@@ -144,23 +147,16 @@ def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
         attributes=infer_attributes(scope, trace.get("data"), event.get("tags")),
     )
     children_rows = (
-        _child(s, i, common, scope, *times)
-        for i, (s, times) in enumerate(zip(spans, placed, strict=True))
+        _child(s, common, scope, *times) for s, times in zip(spans, placed, strict=True)
     )
     return [root, *children_rows]
 
 
 def _child(
-    span: dict[str, Any],
-    index: int,
-    common: dict[str, Any],
-    scope: dict[str, Any],
-    begin: float,
-    end: float,
+    span: dict[str, Any], common: dict[str, Any], scope: dict[str, Any], begin: float, end: float
 ) -> dict[str, Any]:
     if not span_hex(span, "span_id"):
         raise BadRequest("every span of a transaction needs a span_id")
-    check_ids(span, f"span {index} of the transaction: ", "trace_id", "span_id")
     return span_row(
         **{**common, "trace_id": hex_id(span, "trace_id") or common["trace_id"]},
         span_id=span_hex(span, "span_id"),
