@@ -60,8 +60,8 @@ def _with_params(template: Any, params: Any) -> Any:
     """``logentry.message`` with its ``params`` filled in, as Relay does for an event sent
     without ``formatted`` (sentry-python's older logging integration sends only the
     template and ``record.args``): the title read "user %s failed" for "user bob failed".
-    The template as it is when the params do not fit it (as Python would fail); what is
-    filled in up to ``FORMATTED_MAX`` characters, when more would be."""
+    The template as it is when the params do not fit it (as Python would fail); filled
+    in, its first ``FORMATTED_MAX`` characters."""
     if not isinstance(template, str) or not isinstance(params, (list, dict)) or not params:
         return template
     positional = iter(params) if isinstance(params, list) else iter(())
@@ -76,6 +76,7 @@ def _with_params(template: Any, params: Any) -> Any:
         end = match.end()
         if conversion == "%" and name is None:
             out.append("%")
+            size += 1
             continue
         if name is not None:
             if not isinstance(params, dict) or name not in params:
@@ -89,7 +90,7 @@ def _with_params(template: Any, params: Any) -> Any:
         out.append(shown)
         size += len(shown)
     out.append(template[end:])
-    return "".join(out)
+    return "".join(out)[:FORMATTED_MAX]
 
 
 _MISSING = object()

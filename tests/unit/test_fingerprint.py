@@ -239,6 +239,10 @@ def test_a_template_built_to_backtrack_or_repeat_a_param_costs_linear_time():
     assert time.process_time() - started < 5
     # Filled in up to the cap; a shorter one whole, as before.
     assert len(_with_params("%(a)s" * 200_000, {"a": "x" * 100})) == FORMATTED_MAX
+    # However the rest is made: the last param, the text after it, "%%" (diff review).
+    for template, params in (("%s", ["x" * 200_000]), ("%s" + "y" * 200_000, ["x"])):
+        assert len(_with_params(template, params)) == FORMATTED_MAX
+    assert _with_params("%%" * 200_000 + "%s", ["x"]) == "%" * FORMATTED_MAX
     assert _with_params("%(a)s-" * 3, {"a": "x" * 100}) == ("x" * 100 + "-") * 3
 
 
