@@ -259,6 +259,19 @@ def test_the_python_sdk_event_with_a_large_attachment_is_stored(tmp_path):
     assert [r["id"].replace("-", "") for r in rows] == [event_id]
 
 
+class _Memory:
+    """A request body already in memory, read as the ASGI stream is (``skim``)."""
+
+    def __init__(self, wire: bytes) -> None:
+        self.wire = wire
+        self.pos = 0
+
+    async def read(self, size: int | None = None, /) -> bytes:
+        chunk = self.wire[self.pos : self.pos + (size or len(self.wire))]
+        self.pos += len(chunk)
+        return chunk
+
+
 def test_a_flood_of_newlines_does_not_hold_the_event_loop():
     """A 30 MB attachment of zeros and 2 MB of blank lines, gzipped to ~60 KB: decoded in
     one go, a Python step per newline, it held the loop for seconds (diff review)."""
@@ -268,15 +281,6 @@ def test_a_flood_of_newlines_does_not_hold_the_event_loop():
     body = _envelope(_item("event", _event()), _item("attachment", b"\0" * 30_000_000))
     wire = gzip.compress(body + b"\n" * 2_000_000)
     assert len(wire) < cap
-
-    class Memory:
-        def __init__(self) -> None:
-            self.pos = 0
-
-        async def read(self, size: int | None = None, /) -> bytes:
-            chunk = wire[self.pos : self.pos + (size or len(wire))]
-            self.pos += len(chunk)
-            return chunk
 
     async def main() -> tuple[bytes, float]:
         gaps: list[float] = []
@@ -293,7 +297,7 @@ def test_a_flood_of_newlines_does_not_hold_the_event_loop():
         ticker = asyncio.create_task(tick())
         await asyncio.sleep(0.02)  # the ticker runs before the work starts
         kept = await skim.read_envelope(
-            Memory(), len(wire), "gzip", HANDLERS.__contains__, cap, 50_000_000
+            _Memory(wire), len(wire), "gzip", HANDLERS.__contains__, cap, 50_000_000
         )
         done.set()
         await ticker
@@ -385,25 +389,18 @@ def test_an_envelope_over_the_body_cap_is_refused_at_its_item_past_the_cap():
     )
     wire = gzip.compress(body)
 
-    class Memory:
-        def __init__(self) -> None:
-            self.pos = 0
-
-        async def read(self, size: int | None = None, /) -> bytes:
-            chunk = wire[self.pos : self.pos + (size or len(wire))]
-            self.pos += len(chunk)
-            return chunk
-
-    def read(stream: Memory) -> bytes:
+    def read(wire: bytes) -> bytes:
         return asyncio.run(
-            skim.read_envelope(stream, len(wire), "gzip", HANDLERS.__contains__, 2**22, 2**24)
+            skim.read_envelope(
+                _Memory(wire), len(wire), "gzip", HANDLERS.__contains__, 2**22, 2**24
+            )
         )
 
     with pytest.raises(PayloadTooLarge, match="more than 100,000 items"):
-        read(Memory())
+        read(wire)
     # One fewer than the cap reads through (the attachment's payload skipped).
     body = _envelope(
         _item("attachment", _noise(5_000_000)), dropped * (envelope.MAX_ENVELOPE_ITEMS - 1)
     )
     wire = gzip.compress(body)
-    assert len(envelope.parse(read(Memory())).items) == envelope.MAX_ENVELOPE_ITEMS
+    assert len(envelope.parse(read(wire)).items) == envelope.MAX_ENVELOPE_ITEMS
