@@ -97,7 +97,7 @@ def _scope_value(value: Any, limit: int) -> Any:
         return value
     if isinstance(value, int):
         # An integer beyond Int64 is kept as its digits (``rows.infer_type``), up to
-        # 4,300 of them (msgspec reads no more).
+        # 640 of them (errortrack/__init__.py: no longer one is read).
         return value if INT64_MIN <= value <= INT64_MAX or len(str(value)) <= limit else None
     return None
 
