@@ -232,14 +232,8 @@ async def _no_ingest_route(
 ) -> None:
     """An ingest path with a malformed project id (``/api/abc/envelope/``,
     ``/api/٢/envelope/``, ``/api/0/store/``): the common 404, with the CORS headers of
-    every ingest answer so that a browser SDK can read it (Falcon's own had none)."""
-    raise falcon.HTTPNotFound(headers=_INGEST_CORS)
-
-
-_INGEST_CORS = {
-    "Access-Control-Allow-Origin": "*",
-    "Access-Control-Expose-Headers": ingest_api.EXPOSE,
-}
+    every ingest answer (``ingest_api.AnswerCors``)."""
+    raise falcon.HTTPNotFound()
 
 
 async def _healthz(scope: Any, send: Any) -> None:
@@ -299,7 +293,7 @@ def create_server_app(
         grouping = GroupingHook(state.sessions, store=state.clickhouse, clock=state.clock)
         state.ingest = ingest_runtime.build(state, hooks={"events": grouping})
         state.background.append(state.ingest)
-    app = AsgiApp()
+    app = AsgiApp(middleware=[ingest_api.AnswerCors()])
     configure(app)
     max_body = state.settings.max_body_bytes
     max_envelope = state.settings.max_envelope_bytes

@@ -34,6 +34,21 @@ CORS = {
     "Access-Control-Max-Age": "3600",
 }
 ENVELOPE_TYPE = "application/x-sentry-envelope"
+# On every answer of an ingest path, whatever made it: a browser SDK that cannot read an
+# answer sees a CORS failure, not its status (a 405 and the 404 of a malformed id had none).
+ANSWER_CORS = {"Access-Control-Allow-Origin": "*", "Access-Control-Expose-Headers": EXPOSE}
+
+
+class AnswerCors:
+    """``ANSWER_CORS`` on every answer of the ingest app but the probe ``/readyz``, which
+    shares the app and is no ingest path. Set on the way out, so that errors raised
+    anywhere (a responder, a middleware, no route) carry them too."""
+
+    async def process_response(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, resource: Any, ok: bool
+    ) -> None:
+        if req.path != "/readyz":
+            resp.set_headers(ANSWER_CORS)
 
 
 def _load_done(loading: dict[str, Any], key: str) -> Any:
@@ -160,9 +175,7 @@ class _IngestResource:
     async def on_post(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, project_id: int
     ) -> None:
-        # Kept by the error handlers too: a 429's headers are what a browser SDK must read.
-        resp.set_header("Access-Control-Allow-Origin", "*")
-        resp.set_header("Access-Control-Expose-Headers", EXPOSE)
+        # CORS: AnswerCors, on errors too (a 429's headers are what a browser SDK reads).
         key = auth.key_from_request(
             req.get_header("X-Sentry-Auth"),
             req.get_header("Authorization"),

@@ -599,6 +599,24 @@ def test_cors_preflight(ingest_client):
         assert name in allowed
 
 
+def test_every_ingest_answer_is_readable_by_a_browser(ingest_client):
+    # A method the route does not serve and a malformed project id: without these
+    # headers a browser SDK sees a CORS failure, not the status (the 405 had none).
+    for method, path in (
+        ("GET", "/api/1/envelope/"),
+        ("PUT", "/api/1/store/"),
+        ("FOO", "/api/1/envelope/"),
+        ("POST", "/api/abc/envelope/"),
+    ):
+        resp = ingest_client.simulate_request(method, path)
+        assert resp.status_code in (404, 405), (method, path, resp.status_code)
+        assert resp.headers["Access-Control-Allow-Origin"] == "*", (method, path)
+        assert "retry-after" in resp.headers["Access-Control-Expose-Headers"]
+        assert set(resp.json["error"]) >= {"code", "message"}
+    # The probe is no ingest path: no CORS there.
+    assert "Access-Control-Allow-Origin" not in ingest_client.simulate_get("/readyz").headers
+
+
 def test_rate_limit_answers_429_with_sentry_headers(state, project, clickhouse):
     import dataclasses
 
