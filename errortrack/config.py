@@ -273,6 +273,13 @@ class Settings:
     # the whole payload is stored and sent back in every events page, and an SDK sent an
     # 18 MB event (100 breadcrumbs of 50 KB) that was stored whole (SDK review).
     max_event_bytes: int = _setting(2**20, _positive_int, "Cap on one event in bytes (413)")
+    # Ingest: cap on an envelope's log items together, and on its span items together,
+    # after decompression: Relay's max_container_size, 12 MiB. A log item's rows take
+    # ~8 times its bytes at their peak (one 21.7 MiB item of 500,000 attributes: 0.75 s
+    # and +167 MB; 12.5 MiB: 0.40 s, +94 MB); SDKs send at most 100 logs or spans per item.
+    max_container_bytes: int = _setting(
+        12 * 2**20, _positive_int, "Cap on an envelope's log (or span) items in bytes (413)"
+    )
     # Ingest spool: above this many bytes of rows not yet in ClickHouse, ingest answers 503.
     # Per worker (each has a spool of its own): N workers may hold N times this on disk.
     spool_max_bytes: int = _setting(

@@ -58,6 +58,7 @@ def build(
         clock=state.clock,
         default_retention_days=settings.retention_days,
         max_event_bytes=settings.max_event_bytes,
+        max_container_bytes=settings.max_container_bytes,
     )
     writer = Writer(
         spool,

@@ -66,6 +66,7 @@ class Ingest:
     clock: Callable[[], dt.datetime]
     default_retention_days: int
     max_event_bytes: int  # ERRORTRACK_MAX_EVENT_BYTES
+    max_container_bytes: int  # ERRORTRACK_MAX_CONTAINER_BYTES
     # When a key load's failure was last logged with its traceback (monotonic seconds).
     _key_error_logged: float = dataclasses.field(default=-math.inf, init=False)
 
@@ -147,11 +148,21 @@ def _accept(
     made: list[tuple[str, items.ItemRows, tuple[str, int] | None]] = []
     charges: dict[str, int] = {}
     dropped: list[str] = []
+    containers: dict[str, int] = {}
     for kind, _, payload in parts:
         # As Relay: the envelope is refused (413), so nothing of it is stored; checked
         # before any item is read.
         if kind in _EVENT_KINDS:
             _check_size(f"{kind} item", payload, ingest.max_event_bytes)
+        elif kind in _CONTAINER_KINDS:
+            containers[kind] = containers.get(kind, 0) + len(payload)
+    for kind, size in containers.items():
+        if size > ingest.max_container_bytes:
+            raise PayloadTooLarge(
+                f"the envelope's {kind} items are {size} bytes, more than the "
+                f"{ingest.max_container_bytes} an envelope's {kind} items may be "
+                "(ERRORTRACK_MAX_CONTAINER_BYTES); send fewer per envelope"
+            )
     rows_left = items.MAX_ENVELOPE_ROWS
     for number, (kind, item_header, payload) in enumerate(parts, 1):
         try:
@@ -217,6 +228,9 @@ def _accept(
 
 
 _EVENT_KINDS = frozenset({"event", "transaction"})
+# Items holding many rows each (``{"items": [...]}``), capped together per kind, as
+# Relay's max_container_size caps them.
+_CONTAINER_KINDS = frozenset({"log", "span"})
 
 
 def _check_size(what: str, payload: bytes, cap: int) -> None:

@@ -992,6 +992,57 @@ def test_an_event_over_the_event_cap_is_413_and_stores_nothing(state, project, c
         st.ingest.writer.spool.close()
 
 
+def test_log_and_span_items_over_the_container_cap_are_413_and_store_nothing(
+    state, project, clickhouse
+):
+    # Relay's max_container_size (12 MiB): an envelope's log items together, and its span
+    # items together, at most ERRORTRACK_MAX_CONTAINER_BYTES (here 20,000). Before, only
+    # the 20 MiB body cap held them, and one log item of 500,000 attributes took 0.4-0.8 s
+    # and 350 MB to turn into rows. Refused before any item is read, as an event over its
+    # cap is: the error event beside them is not stored either.
+    import dataclasses
+
+    from errortrack.state import AppState
+
+    small = dataclasses.replace(state.settings, max_container_bytes=20_000)
+    st = AppState.build(small, engine=state.engine, clickhouse=clickhouse, clock=state.clock)
+    client = falcon.testing.TestClient(create_server_app(state=st))
+    pid, key = project
+    event = b'{"type":"event"}\n{"message":"beside"}\n'
+
+    def item(kind, payload):
+        return orjson.dumps({"type": kind, "length": len(payload)}) + b"\n" + payload + b"\n"
+
+    def logs_payload(size):
+        payload = orjson.dumps({"items": [_log("x" * (size - 200))]})
+        return payload + b" " * (size - len(payload))
+
+    span = {"trace_id": "a" * 32, "span_id": "b" * 16, "start_timestamp": NOW, "timestamp": NOW}
+
+    def spans_payload(size):
+        payload = orjson.dumps({"items": [{**span, "name": "y" * (size - 300)}]})
+        return payload + b" " * (size - len(payload))
+
+    try:
+        for kind, make in (("log", logs_payload), ("span", spans_payload)):
+            # Over the cap in one item, and in two items each under it.
+            for parts in ([make(20_001)], [make(10_000), make(10_001)]):
+                body = b"{}\n" + event + b"".join(item(kind, p) for p in parts)
+                resp = _post(client, pid, body, sentry_auth(key))
+                _error(resp, 413, "payload_too_large", "ERRORTRACK_MAX_CONTAINER_BYTES")
+                assert f"{kind} items" in resp.json["error"]["message"]
+            # At the cap (the two kinds counted apart): stored.
+        body = b"{}\n" + item("log", logs_payload(20_000)) + item("span", spans_payload(20_000))
+        ok = _post(client, pid, body, sentry_auth(key))
+        assert ok.status_code == 200, ok.text
+        st.ingest.writer.drain()
+        assert len(_logs(clickhouse, pid)) == 1
+        assert clickhouse.query_rows("SELECT count() FROM spans")[0][0] == 1
+        assert clickhouse.query_rows("SELECT count() FROM events")[0][0] == 0
+    finally:
+        st.ingest.writer.spool.close()
+
+
 def test_a_refused_item_of_several_is_named_in_the_message(ingest_client, project, clickhouse):
     # Framing errors named the item; its payload's errors did not, so a sender could not
     # tell which of an envelope's items was wrong (ingest review).
