@@ -149,10 +149,21 @@ def _accept(
     charges: dict[str, int] = {}
     dropped: list[str] = []
     containers: dict[str, int] = {}
-    for kind, _, payload in parts:
+    seen_event = False
+    for number, (kind, _, payload) in enumerate(parts, 1):
         # As Relay: the envelope is refused (413), so nothing of it is stored; checked
         # before any item is read.
         if kind in _EVENT_KINDS:
+            if seen_event:
+                # The envelope format's rule (an event "may occur at most once per
+                # Envelope", exclusive with a transaction); Relay refuses a second with
+                # a 413. 100,000 one-line events in one envelope (~1 MB gzipped) took
+                # ~2 s of the loop and ~9 s of grouping (a new issue each).
+                raise BadRequest(
+                    f"item {number} ({kind}): an envelope holds at most one event or "
+                    "transaction item; send each in an envelope of its own"
+                )
+            seen_event = True
             _check_size(f"{kind} item", payload, ingest.max_event_bytes)
         elif kind in _CONTAINER_KINDS:
             containers[kind] = containers.get(kind, 0) + len(payload)

@@ -14,9 +14,10 @@ from tests.ingest_support import sentry_auth
 DAY = 86400.0
 
 
-def _envelope(sent_at: float, t: float) -> bytes:
-    """An event, a log item and a transaction from a sender whose clock reads ``t`` when
-    the server's reads its arrival time."""
+def _envelopes(sent_at: float, t: float) -> list[bytes]:
+    """An event and a log item, then a transaction (an envelope holds one event or
+    transaction), from a sender whose clock reads ``t`` when the server's reads their
+    arrival time."""
     iso = dt.datetime.fromtimestamp(sent_at, dt.UTC).isoformat().replace("+00:00", "Z")
     event = {"event_id": "e" * 32, "timestamp": t - 10, "message": "drift"}
     logs = {"version": 2, "items": [{"level": "info", "body": "drifted", "timestamp": t - 5}]}
@@ -38,16 +39,15 @@ def _envelope(sent_at: float, t: float) -> bytes:
             }
         ],
     }
-    lines = [
+    first = [
         {"event_id": "e" * 32, "sent_at": iso},
         {"type": "event"},
         event,
         {"type": "log", "item_count": 1},
         logs,
-        {"type": "transaction"},
-        transaction,
     ]
-    return b"\n".join(orjson.dumps(line) for line in lines)
+    second = [{"event_id": "f" * 32, "sent_at": iso}, {"type": "transaction"}, transaction]
+    return [b"\n".join(orjson.dumps(line) for line in lines) for lines in (first, second)]
 
 
 def _times(clickhouse, pid):
@@ -78,10 +78,11 @@ def test_times_are_moved_by_the_senders_clock_drift(
     pid, key = project
     now = state.clock().timestamp()
     sender_now = now + clock_off_by
-    resp = ingest_client.simulate_post(
-        f"/api/{pid}/envelope/", body=_envelope(sender_now, sender_now), headers=sentry_auth(key)
-    )
-    assert resp.status_code == 200, resp.text
+    for body in _envelopes(sender_now, sender_now):
+        resp = ingest_client.simulate_post(
+            f"/api/{pid}/envelope/", body=body, headers=sentry_auth(key)
+        )
+        assert resp.status_code == 200, resp.text
     state.ingest.writer.drain()
     base = now if moved else sender_now
     got = _times(clickhouse, pid)

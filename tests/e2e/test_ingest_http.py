@@ -1043,6 +1043,40 @@ def test_log_and_span_items_over_the_container_cap_are_413_and_store_nothing(
         st.ingest.writer.spool.close()
 
 
+def test_an_envelope_of_two_events_is_400_and_stores_nothing(
+    state, ingest_client, project, clickhouse
+):
+    # The envelope format allows one event or transaction item per envelope (Relay
+    # refuses a second); 100,000 one-line events in one envelope took ~2 s of the event
+    # loop and ~9 s of grouping. Refused whole, before any item is read: the log beside
+    # them is not stored either.
+    pid, key = project
+    event = b'{"type":"event"}\n{"message":"one"}\n'
+    transaction = orjson.dumps(
+        {
+            "type": "transaction",
+            "start_timestamp": NOW,
+            "timestamp": NOW,
+            "contexts": {"trace": {"trace_id": "a" * 32, "span_id": "b" * 16}},
+            "spans": [],
+        }
+    )
+    transaction = b'{"type":"transaction"}\n' + transaction + b"\n"
+    logs = log_envelope([_log("beside")]).split(b"\n", 1)[1]
+    for items in ((event, event), (event, transaction), (transaction, transaction)):
+        body = b"{}\n" + logs + items[0] + items[1]
+        resp = _post(ingest_client, pid, body, sentry_auth(key))
+        _error(resp, 400, "bad_request", "at most one event or transaction item")
+        assert resp.json["error"]["message"].startswith("item 3 (")
+    # One of each kind apart: stored.
+    for item in (event, transaction):
+        assert _post(ingest_client, pid, b"{}\n" + logs + item, sentry_auth(key)).status_code == 200
+    state.ingest.writer.drain()
+    assert [r[0] for r in _logs(clickhouse, pid)] == ["beside", "beside"]
+    assert clickhouse.query_rows("SELECT count() FROM events")[0][0] == 1
+    assert clickhouse.query_rows("SELECT count() FROM spans")[0][0] == 1
+
+
 def test_a_refused_item_of_several_is_named_in_the_message(ingest_client, project, clickhouse):
     # Framing errors named the item; its payload's errors did not, so a sender could not
     # tell which of an envelope's items was wrong (ingest review).

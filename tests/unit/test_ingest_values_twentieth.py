@@ -159,17 +159,19 @@ def test_a_sent_at_from_a_garbage_clock_corrects_nothing(served, clickhouse, rea
         "items": [{"body": "garbage clock", "level": "info", "timestamp": reading}],
     }
     event = {"event_id": "e" * 32, "timestamp": reading, "message": "garbage clock"}
+    # An envelope holds one event or transaction: the transaction is sent apart.
     body = _envelope(
-        [
-            ({"type": "log", "item_count": 1}, logs),
-            ({"type": "event"}, event),
-            ({"type": "transaction"}, _item("transaction", reading)[1]),
-        ],
+        [({"type": "log", "item_count": 1}, logs), ({"type": "event"}, event)],
         {"event_id": "e" * 32, "sent_at": repr(reading)},
     )
     resp = _post(client, pid, auth, body)
     assert resp.status_code == 200, resp.text
     assert resp.json == {"id": "e" * 32}
+    body = _envelope(
+        [({"type": "transaction"}, _item("transaction", reading)[1])],
+        {"sent_at": repr(reading)},
+    )
+    assert _post(client, pid, auth, body).status_code == 200
     state.ingest.writer.drain()
     assert _one_time(clickhouse, "logs", pid) == [_us(received)]
     assert _one_time(clickhouse, "events", pid) == [_us(received)]
