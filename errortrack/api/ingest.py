@@ -20,7 +20,7 @@ import falcon
 import falcon.asgi
 
 from errortrack.errors import BadRequest, RequestTimeout, Unauthorized, Unavailable
-from errortrack.ingest import auth, body, envelope, items, service, skim
+from errortrack.ingest import auth, body, envelope, items, service, skim, surrogates
 
 # A browser SDK reads the rate-limit headers of the POST's answer only when it names them.
 EXPOSE = "x-sentry-rate-limits, retry-after"
@@ -176,6 +176,7 @@ class _IngestResource:
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, project_id: int
     ) -> None:
         # CORS: AnswerCors, on errors too (a 429's headers are what a browser SDK reads).
+        surrogates.start_request()
         key = auth.key_from_request(
             req.get_header("X-Sentry-Auth"),
             req.get_header("Authorization"),

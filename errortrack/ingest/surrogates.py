@@ -13,6 +13,7 @@ accepted path costs nothing.
 
 from __future__ import annotations
 
+import contextvars
 import re
 from collections.abc import Callable
 from typing import TypeVar
@@ -33,13 +34,33 @@ _ANY = re.compile(rb"\\u[dD][89a-fA-F]")
 # loop, and 20 MB of lone halves took 1.4 s there; 2 MiB (Relay's cap on a log item,
 # twice its cap on an event) takes at most ~0.15 s.
 MAX_REPAIR = 2 << 20
+# What the current request may still repair, in bytes: MAX_REPAIR for all its payloads
+# together (``start_request``). Per payload alone, eight item headers of 2 MiB each took
+# 1.3 s of the event loop (DoS review, thirtieth session). A context variable rather than
+# an argument: the envelope header, item headers (``envelope``, ``skim``) and payloads
+# (``service``) are repaired in three modules, all in the request's one task. None
+# outside a request (tests, tools): each payload is held to MAX_REPAIR alone.
+_LEFT: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "repair_left", default=None
+)
+
+
+def start_request() -> None:
+    """Give the request now being handled its repair budget (``api/ingest.py``)."""
+    _LEFT.set([MAX_REPAIR])
 
 
 def replace_lone_surrogates(data: bytes) -> bytes | None:
     """``data`` with each escaped lone surrogate written as ``\\ufffd``; None when it
-    holds none (the payload was refused for something else) or is over ``MAX_REPAIR``."""
+    holds none (the payload was refused for something else) or is over ``MAX_REPAIR``,
+    or over what is left of the request's budget."""
     if len(data) > MAX_REPAIR or _ANY.search(data) is None:
         return None
+    left = _LEFT.get()
+    if left is not None:
+        if len(data) > left[0]:
+            return None
+        left[0] -= len(data)
     changed = False
 
     def fix(match: re.Match[bytes]) -> bytes:
