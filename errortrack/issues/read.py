@@ -115,7 +115,9 @@ def parse_text(raw: str) -> str | None:
 def parse_values(raw: Iterable[str], *, field: str) -> tuple[str, ...]:
     """``environment=a&environment=b`` or ``environment=a,b``: exact values, trimmed,
     order kept, no repeats; an empty one (``a,,b``) is a 400 naming ``field``."""
-    found: list[str] = []
+    # A dict: order kept, and a repeat found without a scan of the values before it
+    # (a list made 4,000 values cost 77 ms; DoS review, thirtieth session).
+    found: dict[str, None] = {}
     for chunk in raw:
         for part in chunk.split(","):
             value = part.strip()
@@ -125,10 +127,9 @@ def parse_values(raw: Iterable[str], *, field: str) -> tuple[str, ...]:
                 raise ValidationError(
                     f"{field} values must be at most {MAX_VALUE_LENGTH} characters", field=field
                 )
-            if value not in found:
-                found.append(value)
-    if len(found) > MAX_VALUES:
-        raise ValidationError(f"{field}: at most {MAX_VALUES} values", field=field)
+            found[value] = None
+            if len(found) > MAX_VALUES:
+                raise ValidationError(f"{field}: at most {MAX_VALUES} values", field=field)
     return tuple(found)
 
 
