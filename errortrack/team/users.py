@@ -48,7 +48,9 @@ def email_key(email: str) -> str:
 
 def normalise_email(email: str) -> str:
     value = email_key(email)
-    if not _EMAIL.match(value) or len(value) > 320:
+    # The length first: the pattern backtracks over every dot of "a@....@", and 16,000
+    # dots took 1.7 s holding the GIL (DoS review, thirtieth session); 320 take ~1 ms.
+    if len(value) > 320 or not _EMAIL.match(value):
         raise ValidationError("not a valid email address", field="email")
     hidden = INVISIBLE.search(value)
     if hidden is not None:

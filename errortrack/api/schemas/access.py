@@ -94,7 +94,7 @@ class RoleIn(Schema):
 
 
 class InvitationIn(Schema):
-    email = fields.Str(required=True, metadata=_email_shape)
+    email = fields.Str(required=True, validate=_email, metadata=_email_shape)
     role = fields.Str(required=True, validate=_global_role)
 
 
