@@ -276,7 +276,8 @@ class Settings:
     # Ingest: cap on an envelope's log items together, and on its span items together,
     # after decompression: Relay's max_container_size, 12 MiB. A log item's rows take
     # ~8 times its bytes at their peak (one 21.7 MiB item of 500,000 attributes: 0.75 s
-    # and +167 MB; 12.5 MiB: 0.40 s, +94 MB); SDKs send at most 100 logs or spans per item.
+    # and +167 MB; 12.5 MiB: 0.40 s, +94 MB). SDKs send at most 100 logs or 1,000 spans
+    # (~5 MB) per item, and a transaction's gen_ai spans in one item beside it.
     max_container_bytes: int = _setting(
         12 * 2**20, _positive_int, "Cap on an envelope's log (or span) items in bytes (413)"
     )

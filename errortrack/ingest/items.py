@@ -56,7 +56,7 @@ __all__ = ["HANDLERS", "TABLES", "ItemContext", "ItemRows", "dispatch", "drop_to
 # Rows (logs, spans, events) one envelope may make. An empty log ("{}," three bytes)
 # becomes a ~250-byte row: 20 MiB of them, 20 KB gzipped, made 7 M rows, held the event
 # loop for 21 s and took the worker to 5 GB. SDKs send at most 100 logs or ~1,000 spans
-# per item; 100,000 leaves room for a 70,000-event envelope (tests/e2e).
+# per item (and an envelope one event, since the thirtieth session); 100,000 leaves room.
 MAX_ENVELOPE_ROWS = 100_000
 
 

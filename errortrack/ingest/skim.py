@@ -132,7 +132,9 @@ class Skimmer:
             # Repaired as envelope.parse repairs it: sentry-sdk copies an attachment's
             # file name into its header, and a lone surrogate there kept the whole
             # attachment, over the cap (diff review).
-            header, _ = surrogates.read_repaired(orjson.loads, line, orjson.JSONDecodeError)
+            # The repaired bytes are what is kept: envelope.parse would otherwise repair
+            # them again, charging the request's repair budget twice (diff review).
+            header, line = surrogates.read_repaired(orjson.loads, line, orjson.JSONDecodeError)
         except orjson.JSONDecodeError:
             header = None
         kind = header.get("type") if isinstance(header, dict) else None

@@ -156,6 +156,25 @@ def test_an_attachment_named_with_a_lone_surrogate_is_skipped_too(capped, projec
     assert len(_events(clickhouse, pid)) == 1
 
 
+def test_a_kept_header_is_repaired_once_on_the_skim_path(capped, project, clickhouse, monkeypatch):
+    """The skimmer repaired a kept item's header and kept it as sent, so envelope.parse
+    repaired it again, charging the request's repair budget twice: an envelope taken
+    directly was refused once an attachment sent it down the skim path (diff review,
+    thirtieth session)."""
+    from errortrack.ingest import surrogates
+
+    monkeypatch.setattr(surrogates, "MAX_REPAIR", 10_000)
+    st, client = capped
+    pid, key = project
+    header = b'{"type":"event","length":%d,"note":"%s"}' % (len(_event()), b"\\ud800" * 1_000)
+    kept = header + b"\n" + _event() + b"\n"
+    assert len(header) > surrogates.MAX_REPAIR // 2
+    resp = _post(client, pid, key, _envelope(kept, _item("attachment", _noise(30_000))))
+    assert resp.status_code == 200, resp.text
+    st.ingest.writer.drain()
+    assert len(_events(clickhouse, pid)) == 1
+
+
 def test_a_skipped_payload_must_be_whole(capped, project, clickhouse):
     st, client = capped
     pid, key = project
