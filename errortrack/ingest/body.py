@@ -35,7 +35,8 @@ TRUNCATED = "it ends before the compressed stream does"
 
 
 class TooManyFrames(Exception):
-    """More gzip members or zstd frames than ``MAX_FRAMES``."""
+    """More gzip members or zstd frames than ``MAX_FRAMES``, or more brotli bytes that
+    decode to nothing than ``MAX_OVERHEAD``."""
 
 
 # Members of a gzip body, frames of a zstd one (skippable ones too), at most. SDKs send
@@ -47,6 +48,14 @@ MAX_FRAMES = 1000
 
 def _too_many(what: str) -> TooManyFrames:
     return TooManyFrames(f"it holds more than {MAX_FRAMES:,} {what}; SDKs send one")
+
+
+# Compressed bytes a brotli body may hold beyond what they decode to (and an eighth of
+# that): a stream's own framing costs a few bytes per meta-block, incompressible data
+# included. Brotli has no member or frame to count, but metadata meta-blocks decode to
+# nothing: 20 MiB of empty ones held the event loop ~1 s, 100 MiB on the skim path 4.1 s,
+# before any key was checked (DoS review, thirtieth session).
+MAX_OVERHEAD = 2**20
 
 
 class Decoder(Protocol):
@@ -123,6 +132,7 @@ class _Deflate:
 class _Brotli:
     def __init__(self) -> None:
         self.decoder = brotli.Decompressor()
+        self.taken = self.given = 0
 
     def step(self, data: bytes, limit: int) -> bytes:
         if not data and self.decoder.is_finished():
@@ -130,7 +140,15 @@ class _Brotli:
         # Not can_accept_more_data(): with an output limit, brotli 1.2 holds output back
         # while saying it can take more input, and an empty call gives the rest. A body
         # read a chunk at a time (ingest/skim.py) lost its end to that: "truncated".
-        return bytes(self.decoder.process(data, output_buffer_limit=max(limit, 1)))
+        out = bytes(self.decoder.process(data, output_buffer_limit=max(limit, 1)))
+        self.taken += len(data)
+        self.given += len(out)
+        if self.taken > MAX_OVERHEAD + self.given + self.given // 8:
+            raise TooManyFrames(
+                f"its bytes outrun what they decode to by more than {MAX_OVERHEAD:,}; "
+                "SDKs send no such stream"
+            )
+        return out
 
     def end(self) -> None:
         if not self.decoder.is_finished():
