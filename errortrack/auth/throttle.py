@@ -1,4 +1,5 @@
-"""Slowing down password guessing: a failure counter per (email, client IP).
+"""Slowing down password guessing: a failure counter per (email, client IP), an IPv6
+client's IP being its /64 (``api/client_ip.client_key``).
 
 After ``FREE_FAILURES`` failed logins within ``WINDOW`` for one email from one IP, that
 pair is locked out for a delay that doubles with every further failure (1 min, 2, 4, ...

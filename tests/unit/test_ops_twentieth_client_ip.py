@@ -87,6 +87,23 @@ def test_two_trusted_hops_are_walked_through(behind_proxy):
     assert _login(behind_proxy, peer=PROXY, xff="198.51.100.7, 10.0.0.7").status_code == 200
 
 
+def test_ipv6_clients_are_throttled_by_their_64_network(client, behind_proxy):
+    # An IPv6 host holds a whole /64: keyed on the full address, 100 wrong guesses from
+    # 20 of its addresses were all 401s, and the right password from a 21st got in
+    # (security review, thirtieth session). The /64 is one client, directly or behind a
+    # trusted proxy; another /64 (and IPv4) is another.
+    for i in range(5):
+        resp = _login(client, "wrong password", peer=f"2001:db8:0:1::{i + 1:x}")
+        assert resp.status_code == 401
+    assert _login(client, peer="2001:db8:0:1:ffff::99").status_code == 429
+    assert _login(client, peer="2001:db8:0:2::1").status_code == 200
+    for i in range(5):
+        resp = _login(behind_proxy, "wrong password", peer=PROXY, xff=f"2001:db8:9::{i}")
+        assert resp.status_code == 401
+    assert _login(behind_proxy, peer=PROXY, xff="[2001:db8:9::abcd]:443").status_code == 429
+    assert _login(behind_proxy, peer=PROXY, xff="2001:db8:a::1").status_code == 200
+
+
 def test_an_untrusted_peers_forwarded_for_is_ignored(behind_proxy):
     # Not a trusted proxy: its header could say anything, and a fresh one per try would
     # have been a fresh lockout key.
