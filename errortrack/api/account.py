@@ -74,7 +74,7 @@ class Login:
         tags=("auth",),
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = load(req, LoginIn)
+        body = load(req, LoginIn, typed=True)
         user, new = login(
             session(req),
             email=body["email"],
@@ -200,7 +200,7 @@ class AcceptInvitation:
         tags=("auth",),
     )
     def on_post(self, req: falcon.Request, resp: falcon.Response, token: str) -> None:
-        body = load(req, AcceptIn)
+        body = load(req, AcceptIn, typed=True)
         db, now = session(req), self._state.clock()
         user = invitations.accept_invitation(db, token=token, password=body["password"], now=now)
         _session_answer(

@@ -280,10 +280,39 @@ def test_login_from_a_form_or_text_is_415_and_sets_no_cookie(world, content_type
         assert COOKIE not in resp.cookies
 
 
-def test_login_without_a_content_type_is_read_as_json(world):
+def test_login_and_accept_without_a_content_type_are_415(world):
+    # A page's fetch(..., {mode: "no-cors", body: new Blob([json])}) sends no
+    # Content-Type and needs no preflight: read as JSON, six such logins from another
+    # site locked the user out from their own browser (security review, thirtieth
+    # session). Elsewhere (a write carrying its credential) such a body is still JSON.
     body = b'{"email": "viewer@example.com", "password": "' + PASSWORD.encode() + b'"}'
-    resp = world.client.simulate_post("/auth/login", body=body, headers={"Content-Type": ""})
-    assert resp.status_code == 200, resp.text
+    for _ in range(6):
+        resp = world.client.simulate_post("/auth/login", body=body, headers={"Content-Type": ""})
+        assert resp.status_code == 415, resp.text
+        assert resp.json["error"]["message"] == (
+            "request body must be sent as application/json, not nothing"
+        )
+        assert COOKIE not in resp.cookies
+    # Refused before any password was checked: nothing counted towards a lockout.
+    assert (
+        world.client.simulate_post(
+            "/auth/login", body=body, headers={"Content-Type": "application/json"}
+        ).status_code
+        == 200
+    )
+    accept = world.client.simulate_post(
+        "/auth/invitations/x/accept",
+        body=b'{"password": "long enough"}',
+        headers={"Content-Type": ""},
+    )
+    assert accept.status_code == 415, accept.text
+    token = world.call("primary", "POST", "/api/tokens", {"description": "t"}).json["token"]
+    patched = world.client.simulate_post(
+        "/api/projects",
+        body=b'{"name": "typeless"}',
+        headers={"Content-Type": "", "Authorization": f"Bearer {token}"},
+    )
+    assert patched.status_code == 201, patched.text
 
 
 @pytest.mark.parametrize("depth", [400, 1000])

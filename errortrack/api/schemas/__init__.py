@@ -80,10 +80,11 @@ def api_doc(summary: str, **fields: Any) -> Callable[[F], F]:
 MAX_BODY_BYTES = 1 << 20
 
 
-def load(req: falcon.Request, schema: SchemaClass) -> dict[str, Any]:
+def load(req: falcon.Request, schema: SchemaClass, *, typed: bool = False) -> dict[str, Any]:
     """The request's JSON body validated by ``schema``; 400 naming the first bad field,
     413 over ``MAX_BODY_BYTES``, 415 for a body that is not sent as JSON or is sent in a
-    content coding."""
+    content coding. ``typed``: a body without a Content-Type is a 415 too (the requests
+    no credential guards: login, accepting an invitation)."""
     encoding = (req.get_header("Content-Encoding") or "").strip().lower()
     if encoding not in ("", "identity"):
         # Refused before the body is read. Bodies were read as they came whatever the
@@ -111,8 +112,14 @@ def load(req: falcon.Request, schema: SchemaClass) -> dict[str, Any]:
     # JSON only, as documented: an HTML form (urlencoded or multipart) or text/plain is
     # what another site can send without a CORS preflight, and a login or an accepted
     # invitation from such a form would sign the visitor's browser into someone else's
-    # account. No Content-Type at all is read as JSON (no browser form sends that).
-    media_type = (req.content_type or falcon.MEDIA_JSON).partition(";")[0].strip().lower()
+    # account. No Content-Type at all is read as JSON, but not where ``typed``: a page's
+    # fetch(url, {mode: "no-cors", body: new Blob([json])}) sends none and needs no
+    # preflight, and Chromium's requests so made reached the login: six of them locked a
+    # user out from their own browser (security review, thirtieth session). A cookie or
+    # token write needs a header such a request cannot carry (X-CSRF-Token,
+    # Authorization), so elsewhere a body without a Content-Type stays JSON.
+    default = "" if typed else falcon.MEDIA_JSON
+    media_type = (req.content_type or default).partition(";")[0].strip().lower()
     if media_type != falcon.MEDIA_JSON:
         raise UnsupportedMediaType(
             f"request body must be sent as {falcon.MEDIA_JSON}, not {media_type or 'nothing'}"
