@@ -33,6 +33,7 @@ import falcon
 from errortrack import db
 from errortrack.api.errors import RETRY_AFTER
 from errortrack.errors import Unavailable
+from errortrack.ingest import items
 from errortrack.spool import quarantine
 from errortrack.state import AppState, one_line
 
@@ -203,6 +204,9 @@ class Readyz:
                 "free_bytes": spool.free_bytes,
                 "disk_low": spool.disk_low,
             }
+            # Items accepted and not stored, by type (docs/INGEST.md, "Request flow"):
+            # the "counted" was a counter nothing showed.
+            body["dropped_items"] = items.DROPPED.snapshot()
         return body
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:

@@ -1077,6 +1077,24 @@ def test_an_envelope_of_two_events_is_400_and_stores_nothing(
     assert clickhouse.query_rows("SELECT count() FROM spans")[0][0] == 1
 
 
+def test_the_dropped_items_counter_keeps_no_sender_text(ingest_client, project):
+    # Item types are the sender's to name, and each new one was a key kept for the
+    # process's life: 20,000 items of distinct 1 KB types (20 MiB, a few KB gzipped)
+    # kept 20 MB, for good (review, thirtieth session). Sentry's own types are counted
+    # by name, any other as "<other>"; /readyz shows the counts.
+    pid, key = project
+    before = DROPPED.snapshot()
+    names = [f"made-up-{i}" for i in range(300)] + ["x" * 1000, "log:junk", "nel"]
+    body = b"{}\n" + b"".join(orjson.dumps({"type": n}) + b"\n{}\n" for n in names)
+    assert _post(ingest_client, pid, body, sentry_auth(key)).status_code == 200
+    after = DROPPED.snapshot()
+    added = {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+    assert added == {"<other>": 302, "nel": 1}
+    ready = ingest_client.simulate_get("/readyz")
+    assert ready.status_code == 200, ready.text
+    assert ready.json["dropped_items"]["<other>"] == after["<other>"]
+
+
 def test_a_refused_item_of_several_is_named_in_the_message(ingest_client, project, clickhouse):
     # Framing errors named the item; its payload's errors did not, so a sender could not
     # tell which of an envelope's items was wrong (ingest review).
