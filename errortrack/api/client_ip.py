@@ -127,6 +127,23 @@ def client_key(address: str) -> str:
     addresses met no lockout (security review, thirtieth session). Anything else (a
     Unix socket's empty peer) as it is."""
     found = _address(address)
-    if isinstance(found, ipaddress.IPv6Address):
-        return str(ipaddress.IPv6Network((found, 64), strict=False))
-    return address if found is None else str(found)
+    if not isinstance(found, ipaddress.IPv6Address):
+        return address if found is None else str(found)
+    if found in _NAT64:
+        # An IPv4 client through a translator (RFC 6052's well-known prefix): one client
+        # per IPv4 address, not every IPv4 client in one /64 (diff review).
+        return str(ipaddress.IPv4Address(int(found) & 0xFFFFFFFF))
+    if any(found in network for network in _WHOLE):
+        return str(found)
+    return str(ipaddress.IPv6Network((found, 64), strict=False))
+
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+# Prefixes whose /64 is shared by unrelated clients: IPv4-compatible addresses (and ::1),
+# Teredo (a /64 per Teredo server), the local-use NAT64 prefix (RFC 8215, the IPv4
+# address placed by the operator's chosen prefix length). Keyed whole.
+_WHOLE = (
+    ipaddress.IPv6Network("::/96"),
+    ipaddress.IPv6Network("2001::/32"),
+    ipaddress.IPv6Network("64:ff9b:1::/48"),
+)

@@ -12,7 +12,7 @@ import dataclasses
 import falcon.testing
 import pytest
 
-from errortrack.api.client_ip import parse_trusted_proxies, resolve
+from errortrack.api.client_ip import client_key, parse_trusted_proxies, resolve
 from errortrack.config import Settings, SettingsError
 from errortrack.server import create_server_app
 from errortrack.state import AppState
@@ -102,6 +102,27 @@ def test_ipv6_clients_are_throttled_by_their_64_network(client, behind_proxy):
         assert resp.status_code == 401
     assert _login(behind_proxy, peer=PROXY, xff="[2001:db8:9::abcd]:443").status_code == 429
     assert _login(behind_proxy, peer=PROXY, xff="2001:db8:a::1").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("address", "key"),
+    [
+        ("2001:db8:0:1::1", "2001:db8:0:1::/64"),
+        ("[2001:db8:0:1::1]:443", "2001:db8:0:1::/64"),
+        ("fe80::1%eth0", "fe80::/64"),
+        ("::ffff:192.0.2.1", "192.0.2.1"),
+        # An IPv4 client through NAT64 is that IPv4 client, not the translator's /64.
+        ("64:ff9b::198.51.100.7", "198.51.100.7"),
+        ("64:ff9b:1::c633:6407", "64:ff9b:1::c633:6407"),
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "2001:0:4136:e378:8000:63bf:3fff:fdd2"),
+        ("::1", "::1"),
+        ("192.0.2.1", "192.0.2.1"),
+        ("", ""),
+        ("unix:/run/x.sock", "unix:/run/x.sock"),
+    ],
+)
+def test_the_throttle_key_of_an_address(address, key):
+    assert client_key(address) == key
 
 
 def test_an_untrusted_peers_forwarded_for_is_ignored(behind_proxy):
