@@ -30,6 +30,26 @@ def ingest_client(state):
 
 
 @pytest.fixture
+def ingest_client_with(state):
+    """``ingest_client`` with other settings: ``make(**changes)`` returns the state and a
+    client of the served app on the test's stores; every spool made is closed with the
+    test."""
+    made: list[AppState] = []
+
+    def make(**changes):
+        settings = dataclasses.replace(state.settings, **changes)
+        st = AppState.build(
+            settings, engine=state.engine, clickhouse=state.clickhouse, clock=state.clock
+        )
+        made.append(st)
+        return st, falcon.testing.TestClient(create_server_app(state=st))
+
+    yield make
+    for st in made:
+        st.ingest.writer.spool.close()
+
+
+@pytest.fixture
 def openapi_app(state) -> falcon.App:
     """The app on the test's stores with the openapi feature on (/api-docs, /docs)."""
     on = dataclasses.replace(state.settings, openapi=True)

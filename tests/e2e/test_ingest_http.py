@@ -466,14 +466,8 @@ def test_malformed_bodies_are_400_and_store_nothing(state, ingest_client, projec
     assert _logs(clickhouse, pid) == []
 
 
-def test_oversize_body_is_413(state, project, clickhouse):
-    import dataclasses
-
-    from errortrack.state import AppState
-
-    small = dataclasses.replace(state.settings, max_body_bytes=10_000)
-    st = AppState.build(small, engine=state.engine, clickhouse=clickhouse, clock=state.clock)
-    client = falcon.testing.TestClient(create_server_app(state=st))
+def test_oversize_body_is_413(ingest_client_with, project):
+    _, client = ingest_client_with(max_body_bytes=10_000)
     pid, key = project
     big = log_envelope([_log("y" * 20_000)])
     _error(_post(client, pid, big, sentry_auth(key)), 413, "payload_too_large")
@@ -484,7 +478,6 @@ def test_oversize_body_is_413(state, project, clickhouse):
         413,
         "payload_too_large",
     )
-    st.ingest.writer.spool.close()
 
 
 def test_unknown_items_are_dropped_and_counted(state, ingest_client, project, clickhouse):
@@ -617,14 +610,8 @@ def test_every_ingest_answer_is_readable_by_a_browser(ingest_client):
     assert "Access-Control-Allow-Origin" not in ingest_client.simulate_get("/readyz").headers
 
 
-def test_rate_limit_answers_429_with_sentry_headers(state, project, clickhouse):
-    import dataclasses
-
-    from errortrack.state import AppState
-
-    limited = dataclasses.replace(state.settings, rate_limit_per_second=5)
-    st = AppState.build(limited, engine=state.engine, clickhouse=clickhouse, clock=state.clock)
-    client = falcon.testing.TestClient(create_server_app(state=st))
+def test_rate_limit_answers_429_with_sentry_headers(ingest_client_with, project, clickhouse):
+    st, client = ingest_client_with(rate_limit_per_second=5)
     pid, key = project
     assert (
         _post(
@@ -642,21 +629,16 @@ def test_rate_limit_answers_429_with_sentry_headers(state, project, clickhouse):
     assert resp.headers["X-Sentry-Rate-Limits"].endswith(":log_item:project:rate_limited")
     st.ingest.writer.drain()
     assert sorted(r[0] for r in _logs(clickhouse, pid)) == ["0", "1", "2", "3", "4", "a"]
-    st.ingest.writer.spool.close()
 
 
-def test_a_burst_of_logs_over_the_limit_does_not_stop_errors(state, project, clickhouse):
+def test_a_burst_of_logs_over_the_limit_does_not_stop_errors(
+    ingest_client_with, project, clickhouse
+):
     # One bucket for every item, answered "all categories", made SDKs stop sending a
     # project's errors for as long as a logs burst's debt lasted (49 s for this one).
     # And an envelope holding an error beside logs over the limit was refused whole, so
     # the error was lost: now only the logs go, as Relay drops only limited items.
-    import dataclasses
-
-    from errortrack.state import AppState
-
-    limited = dataclasses.replace(state.settings, rate_limit_per_second=10)
-    st = AppState.build(limited, engine=state.engine, clickhouse=clickhouse, clock=state.clock)
-    client = falcon.testing.TestClient(create_server_app(state=st))
+    st, client = ingest_client_with(rate_limit_per_second=10)
     pid, key = project
     # More than a minute's debt at once: refused, and a smaller burst passes right after.
     huge = _post(client, pid, log_envelope([_log("huge")] * 1000), sentry_auth(key))
@@ -704,7 +686,6 @@ def test_a_burst_of_logs_over_the_limit_does_not_stop_errors(state, project, cli
     assert [r[0].hex for r in stored] == ["c" * 32, "d" * 32]
     bodies = {r[0] for r in _logs(clickhouse, pid)}
     assert len(bodies) == 500 and not bodies & {"huge", "more", "limited", "limited too"}
-    st.ingest.writer.spool.close()
 
 
 def test_a_cold_key_is_loaded_once_for_requests_arriving_together(state, project, clickhouse):
@@ -749,28 +730,17 @@ def test_a_cold_key_is_loaded_once_for_requests_arriving_together(state, project
 
 
 def test_a_request_refused_for_a_full_spool_is_not_charged_to_the_rate_limit(
-    state, project, clickhouse
+    ingest_client_with, project
 ):
-    import dataclasses
-
-    from errortrack.state import AppState
-
-    settings = dataclasses.replace(state.settings, rate_limit_per_second=10, spool_max_bytes=1)
-    st = AppState.build(settings, engine=state.engine, clickhouse=clickhouse, clock=state.clock)
-    client = falcon.testing.TestClient(create_server_app(state=st))
+    st, client = ingest_client_with(rate_limit_per_second=10, spool_max_bytes=1)
     st.ingest.ingest.limiter.clock = lambda: 1000.0  # no refill: only charges move it
     pid, key = project
-    try:
-        # Spooled, and the spool over its 1-byte cap from then on.
-        assert (
-            _post(client, pid, log_envelope([_log("first")]), sentry_auth(key)).status_code == 200
-        )
-        refused = [  # 15 items against the 9 left: each 503, none charged
-            _post(client, pid, log_envelope([_log(f"{n}-{i}") for i in range(5)]), sentry_auth(key))
-            for n in range(3)
-        ]
-    finally:
-        st.ingest.writer.spool.close()
+    # Spooled, and the spool over its 1-byte cap from then on.
+    assert _post(client, pid, log_envelope([_log("first")]), sentry_auth(key)).status_code == 200
+    refused = [  # 15 items against the 9 left: each 503, none charged
+        _post(client, pid, log_envelope([_log(f"{n}-{i}") for i in range(5)]), sentry_auth(key))
+        for n in range(3)
+    ]
     assert [r.status_code for r in refused] == [503] * 3
     assert "retry-after" in refused[0].headers["Access-Control-Expose-Headers"]
 
@@ -948,65 +918,52 @@ def test_a_log_dated_with_an_rfc3339_string_keeps_its_time(
     assert stored["nanoseconds"][0] == stored["nanoseconds"][1]
 
 
-def test_an_event_over_the_event_cap_is_413_and_stores_nothing(state, project, clickhouse):
+def test_an_event_over_the_event_cap_is_413_and_stores_nothing(
+    ingest_client_with, project, clickhouse
+):
     # Sentry's 1 MiB per event (ERRORTRACK_MAX_EVENT_BYTES, here 10,000): an 18 MB event
     # was stored whole before (SDK review). The envelope is refused as Relay refuses it,
     # so its logs are not stored either, and the SDK is told.
-    import dataclasses
-
-    from errortrack.state import AppState
-
-    small = dataclasses.replace(state.settings, max_event_bytes=10_000)
-    st = AppState.build(small, engine=state.engine, clickhouse=clickhouse, clock=state.clock)
-    client = falcon.testing.TestClient(create_server_app(state=st))
+    st, client = ingest_client_with(max_event_bytes=10_000)
     pid, key = project
-    try:
-        for kind, extra in (("event", {}), ("transaction", {"type": "transaction"})):
-            payload = orjson.dumps({"message": "x" * 10_001, **extra})
-            item = orjson.dumps({"type": kind, "length": len(payload)})
-            logs = log_envelope([_log("beside the big event")]).split(b"\n", 1)[1]
-            body = b"{}\n" + item + b"\n" + payload + b"\n" + logs
-            resp = _post(client, pid, body, sentry_auth(key))
-            _error(resp, 413, "payload_too_large")
-            assert f"{kind} item is" in resp.json["error"]["message"]
-        resp = client.simulate_post(
-            f"/api/{pid}/store/",
-            body=orjson.dumps({"message": "x" * 10_001}),
-            headers=sentry_auth(key),
-        )
+    for kind, extra in (("event", {}), ("transaction", {"type": "transaction"})):
+        payload = orjson.dumps({"message": "x" * 10_001, **extra})
+        item = orjson.dumps({"type": kind, "length": len(payload)})
+        logs = log_envelope([_log("beside the big event")]).split(b"\n", 1)[1]
+        body = b"{}\n" + item + b"\n" + payload + b"\n" + logs
+        resp = _post(client, pid, body, sentry_auth(key))
         _error(resp, 413, "payload_too_large")
-        # At the cap: stored.
-        payload = orjson.dumps({"message": "x" * (10_000 - 14)})
-        assert len(payload) == 10_000
-        ok = _post(
-            client,
-            pid,
-            b"{}\n" + orjson.dumps({"type": "event"}) + b"\n" + payload,
-            sentry_auth(key),
-        )
-        assert ok.status_code == 200, ok.text
-        st.ingest.writer.drain()
-        assert _logs(clickhouse, pid) == []
-        assert clickhouse.query_rows("SELECT count() FROM events")[0][0] == 1
-    finally:
-        st.ingest.writer.spool.close()
+        assert f"{kind} item is" in resp.json["error"]["message"]
+    resp = client.simulate_post(
+        f"/api/{pid}/store/",
+        body=orjson.dumps({"message": "x" * 10_001}),
+        headers=sentry_auth(key),
+    )
+    _error(resp, 413, "payload_too_large")
+    # At the cap: stored.
+    payload = orjson.dumps({"message": "x" * (10_000 - 14)})
+    assert len(payload) == 10_000
+    ok = _post(
+        client,
+        pid,
+        b"{}\n" + orjson.dumps({"type": "event"}) + b"\n" + payload,
+        sentry_auth(key),
+    )
+    assert ok.status_code == 200, ok.text
+    st.ingest.writer.drain()
+    assert _logs(clickhouse, pid) == []
+    assert clickhouse.query_rows("SELECT count() FROM events")[0][0] == 1
 
 
 def test_log_and_span_items_over_the_container_cap_are_413_and_store_nothing(
-    state, project, clickhouse
+    ingest_client_with, project, clickhouse
 ):
     # Relay's max_container_size (12 MiB): an envelope's log items together, and its span
     # items together, at most ERRORTRACK_MAX_CONTAINER_BYTES (here 20,000). Before, only
     # the 20 MiB body cap held them, and one log item of 500,000 attributes took 0.4-0.8 s
     # and 350 MB to turn into rows. Refused before any item is read, as an event over its
     # cap is: the error event beside them is not stored either.
-    import dataclasses
-
-    from errortrack.state import AppState
-
-    small = dataclasses.replace(state.settings, max_container_bytes=20_000)
-    st = AppState.build(small, engine=state.engine, clickhouse=clickhouse, clock=state.clock)
-    client = falcon.testing.TestClient(create_server_app(state=st))
+    st, client = ingest_client_with(max_container_bytes=20_000)
     pid, key = project
     event = b'{"type":"event"}\n{"message":"beside"}\n'
 
@@ -1023,24 +980,21 @@ def test_log_and_span_items_over_the_container_cap_are_413_and_store_nothing(
         payload = orjson.dumps({"items": [{**span, "name": "y" * (size - 300)}]})
         return payload + b" " * (size - len(payload))
 
-    try:
-        for kind, make in (("log", logs_payload), ("span", spans_payload)):
-            # Over the cap in one item, and in two items each under it.
-            for parts in ([make(20_001)], [make(10_000), make(10_001)]):
-                body = b"{}\n" + event + b"".join(item(kind, p) for p in parts)
-                resp = _post(client, pid, body, sentry_auth(key))
-                _error(resp, 413, "payload_too_large", "ERRORTRACK_MAX_CONTAINER_BYTES")
-                assert f"{kind} items" in resp.json["error"]["message"]
-            # At the cap (the two kinds counted apart): stored.
-        body = b"{}\n" + item("log", logs_payload(20_000)) + item("span", spans_payload(20_000))
-        ok = _post(client, pid, body, sentry_auth(key))
-        assert ok.status_code == 200, ok.text
-        st.ingest.writer.drain()
-        assert len(_logs(clickhouse, pid)) == 1
-        assert clickhouse.query_rows("SELECT count() FROM spans")[0][0] == 1
-        assert clickhouse.query_rows("SELECT count() FROM events")[0][0] == 0
-    finally:
-        st.ingest.writer.spool.close()
+    for kind, make in (("log", logs_payload), ("span", spans_payload)):
+        # Over the cap in one item, and in two items each under it.
+        for parts in ([make(20_001)], [make(10_000), make(10_001)]):
+            body = b"{}\n" + event + b"".join(item(kind, p) for p in parts)
+            resp = _post(client, pid, body, sentry_auth(key))
+            _error(resp, 413, "payload_too_large", "ERRORTRACK_MAX_CONTAINER_BYTES")
+            assert f"{kind} items" in resp.json["error"]["message"]
+        # At the cap (the two kinds counted apart): stored.
+    body = b"{}\n" + item("log", logs_payload(20_000)) + item("span", spans_payload(20_000))
+    ok = _post(client, pid, body, sentry_auth(key))
+    assert ok.status_code == 200, ok.text
+    st.ingest.writer.drain()
+    assert len(_logs(clickhouse, pid)) == 1
+    assert clickhouse.query_rows("SELECT count() FROM spans")[0][0] == 1
+    assert clickhouse.query_rows("SELECT count() FROM events")[0][0] == 0
 
 
 def test_an_envelope_of_two_events_is_400_and_stores_nothing(
