@@ -40,14 +40,12 @@ MAX_REPAIR = 2 << 20
 # an argument: the envelope header, item headers (``envelope``, ``skim``) and payloads
 # (``service``) are repaired in three modules, all in the request's one task. None
 # outside a request (tests, tools): each payload is held to MAX_REPAIR alone.
-_LEFT: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
-    "repair_left", default=None
-)
+_LEFT: contextvars.ContextVar[int | None] = contextvars.ContextVar("repair_left", default=None)
 
 
 def start_request() -> None:
     """Give the request now being handled its repair budget (``api/ingest.py``)."""
-    _LEFT.set([MAX_REPAIR])
+    _LEFT.set(MAX_REPAIR)
 
 
 def replace_lone_surrogates(data: bytes) -> bytes | None:
@@ -58,9 +56,9 @@ def replace_lone_surrogates(data: bytes) -> bytes | None:
         return None
     left = _LEFT.get()
     if left is not None:
-        if len(data) > left[0]:
+        if len(data) > left:
             return None
-        left[0] -= len(data)
+        _LEFT.set(left - len(data))
     changed = False
 
     def fix(match: re.Match[bytes]) -> bytes:
