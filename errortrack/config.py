@@ -22,6 +22,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from errortrack.api.client_ip import Network, parse_trusted_proxies
+from errortrack.spool.segments import BATCH_BYTES
 
 PREFIX = "ERRORTRACK_"
 
@@ -300,6 +301,13 @@ class Settings:
     # session: then 20k peaked at 690-731 MB, before merges became vertical (clickhouse/0011)
     # (bench/RESULTS.md, fourth and tenth sessions).
     writer_batch_rows: int = _setting(20_000, _positive_int, "Rows per ClickHouse insert")
+    # ... or at this many spooled bytes, if that comes first: the writer holds a batch in
+    # memory several times over while it inserts it (a 615 MB batch of 900 KB events peaked
+    # at 4.7 GB; 32 MiB: bench/RESULTS.md, thirty-first session). A 20k-row batch of
+    # typical logs is ~14 MB, so logs still go by rows; events and spans may go by bytes.
+    writer_batch_bytes: int = _setting(
+        BATCH_BYTES, _positive_int, "Spooled bytes per ClickHouse insert (rows or bytes first)"
+    )
     writer_max_age_ms: int = _setting(1000, _positive_int, "Max age in ms of a spooled batch")
     # A batch refused this many times in a row with a data error (a value ClickHouse cannot
     # store) is bisected and its bad rows quarantined (docs/INGEST.md, "Poison rows");

@@ -46,6 +46,7 @@ def build(
         settings.spool_dir,
         max_bytes=settings.spool_max_bytes,
         batch_rows=settings.writer_batch_rows,
+        batch_bytes=settings.writer_batch_bytes,
         min_free_bytes=settings.min_free_bytes,
     )
     ingest = Ingest(

@@ -8,9 +8,10 @@
   once per sync (one ``call_soon_threadsafe`` per loop, not per request).
 - ``append`` is the same for a caller without a loop (tools, tests): it blocks until
   the record is durable.
-- A segment is sealed (handed to the writer) when it holds ``batch_rows`` rows or when
-  the writer finds it older than its age limit. One sealed segment = one insert batch,
-  and its file name makes the insert deduplication token, so a replay is applied once.
+- A segment is sealed (handed to the writer) when it holds ``batch_rows`` rows or
+  ``batch_bytes`` bytes, or when the writer finds it older than its age limit. One
+  sealed segment = one insert batch, and its file name makes the insert deduplication
+  token, so a replay is applied once.
 - Each process owns one subdirectory ``<root>/w-<pid>-<random>/`` guarded by a ``flock``
   on its ``lock`` file. At start a process adopts the segments of subdirectories whose
   lock is free (their process died or stopped), so gunicorn workers can share a data dir.
@@ -107,6 +108,8 @@ def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
 FLOOR_SHARE = 0.05
 # How often the syncer thread looks at the free space (one statvfs, off the loops).
 FREE_CHECK_SECONDS = 0.5
+# Spooled bytes at which a segment is sealed (ERRORTRACK_WRITER_BATCH_BYTES's default).
+BATCH_BYTES = 32 * 2**20
 # How long ``close`` waits for the syncer thread to write and sync what is queued.
 CLOSE_WAIT_SECONDS = 60.0
 
@@ -118,6 +121,7 @@ class Spool:
         *,
         max_bytes: int,
         batch_rows: int,
+        batch_bytes: int = BATCH_BYTES,
         retry_after: int = 5,
         min_free_bytes: int = 0,
     ):
@@ -133,6 +137,12 @@ class Spool:
         self._floor = 0
         self._free_checked = -math.inf
         self.batch_rows = batch_rows
+        # The writer reads a segment whole and holds several copies of its rows while it
+        # inserts them (decoded, hooked, encoded, the engine's block). Rows alone did not
+        # bound that: 900 KB events filled one segment to 615 MB while the writer was
+        # busy, and the server peaked at 4.7 GB; replayed after an OOM kill, the same
+        # segment would have killed every start (bench/RESULTS.md, thirty-first session).
+        self.batch_bytes = batch_bytes
         self.retry_after = retry_after
         self.dir: Path | None = None
         self._lock_file: int | None = None
@@ -387,7 +397,7 @@ class Spool:
             return
         with self._cond:
             seg = self._current
-            if seg is not None and seg.rows >= self.batch_rows:
+            if seg is not None and (seg.rows >= self.batch_rows or seg.size >= self.batch_bytes):
                 self._seal_locked()
 
     @property

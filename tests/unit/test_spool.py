@@ -20,7 +20,9 @@ from errortrack.spool.writer import Writer
 
 
 def _spool(root: Path, **kw) -> Spool:
-    spool = Spool(root, max_bytes=kw.pop("max_bytes", 10**9), batch_rows=kw.pop("batch_rows", 1000))
+    spool = Spool(
+        root, max_bytes=kw.pop("max_bytes", 10**9), batch_rows=kw.pop("batch_rows", 1000), **kw
+    )
     spool.open()
     return spool
 
@@ -468,6 +470,22 @@ def test_segment_seals_at_batch_rows_and_writer_deletes_after_insert(tmp_path):
     assert [d.count(b"\n") for _, d, _ in inserted] == [3, 1]
     assert len({t for _, _, t in inserted}) == 2
     assert list(spool.dir.glob("*.seg")) == [] and spool.size == 0
+
+
+def test_segment_seals_at_batch_bytes_whatever_its_rows(tmp_path):
+    """Big rows (900 KB events) are sealed by size too: a segment holding few rows grew to
+    615 MB while the writer was busy, and the writer holds a batch several times over."""
+    spool = _spool(tmp_path, batch_rows=1000, batch_bytes=10_000)
+    inserted = []
+    writer = Writer(spool, lambda table, data, token: inserted.append((table, data)))
+    row = b'{"payload":"%s"}\n' % (b"x" * 4000)
+    for _ in range(7):
+        spool.append({"events": row}, 1)
+    # 3 records reach 10,000 bytes (each is a row and a small header): two sealed, one open.
+    assert len(spool.sealed()) == 2 and spool.pending() == 3
+    assert all(p.stat().st_size < 10_000 + 2 * len(row) for p in spool.sealed())
+    writer.drain()
+    assert [data.count(b"\n") for _, data in inserted] == [3, 3, 1]
 
 
 def test_deleting_an_inserted_segment_does_not_hold_up_appends(tmp_path, monkeypatch):
