@@ -261,7 +261,7 @@ class Settings:
     # Instance-wide cap on ClickHouse bytes on disk; over it the oldest days go first. 0 = off.
     disk_cap_bytes: int = _setting(0, _non_negative_int, "ClickHouse disk cap in bytes (0 = off)")
     # Ingest: cap on one request body after decompression (Sentry allows 200 MiB per
-    # envelope; 20 MiB keeps N threads x body in memory well under the RSS budget).
+    # envelope; 20 MiB keeps a body's rows well under the RSS budget).
     max_body_bytes: int = _setting(20 * 2**20, _positive_int, "Ingest body cap in bytes (413)")
     # Ingest: cap on one envelope with the payloads of items that are not stored
     # (attachments, replays, profiles), which do not count towards max_body_bytes
@@ -269,6 +269,12 @@ class Settings:
     # is sentry.io's limit for an event's attachments.
     max_envelope_bytes: int = _setting(
         100 * 2**20, _positive_int, "Ingest envelope cap in bytes, unstored items included (413)"
+    )
+    # Ingest: cap on the bodies one worker's ingest requests hold at once, as received and
+    # decompressed (503 over it; a request alone always goes on). The event loop takes any
+    # number of connections: 40 that sent 19 MiB each and stalled held +860 MB.
+    max_held_body_bytes: int = _setting(
+        256 * 2**20, _positive_int, "Cap on request bodies held at once per worker (503)"
     )
     # Ingest: cap on one error event or transaction after decompression, Sentry's 1 MiB:
     # the whole payload is stored and sent back in every events page, and an SDK sent an

@@ -297,11 +297,16 @@ def create_server_app(
     configure(app)
     max_body = state.settings.max_body_bytes
     max_envelope = state.settings.max_envelope_bytes
+    # One budget for both routes: they share the worker's memory.
+    budget = state.ingest.bodies
     app.add_route(
         "/api/{project_id:int}/envelope",
-        ingest_api.Envelope(state.ingest.ingest, max_body, max_envelope),
+        ingest_api.Envelope(state.ingest.ingest, max_body, max_envelope, budget=budget),
     )
-    app.add_route("/api/{project_id:int}/store", ingest_api.Store(state.ingest.ingest, max_body))
+    app.add_route(
+        "/api/{project_id:int}/store",
+        ingest_api.Store(state.ingest.ingest, max_body, budget=budget),
+    )
     app.add_route("/readyz", health.ReadyzOnLoop(health.Readyz(state)))
     # Only ingest paths and /readyz reach this app (_INGEST, _READYZ), so whatever no
     # route takes is an ingest path.

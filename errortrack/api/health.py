@@ -207,6 +207,12 @@ class Readyz:
             # Items accepted and not stored, by type (docs/INGEST.md, "Request flow"):
             # the "counted" was a counter nothing showed.
             body["dropped_items"] = items.DROPPED.snapshot()
+            # Requests refused (503) because this worker held too many bodies at once.
+            body["bodies"] = {
+                "held_bytes": runtime.bodies.held,
+                "max_bytes": runtime.bodies.limit,
+                "refused": runtime.bodies.refused,
+            }
         return body
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:

@@ -127,9 +127,15 @@ def _cut_off() -> RequestTimeout:
 
 class _IngestResource:
     def __init__(
-        self, ingest: service.Ingest, max_body_bytes: int, max_envelope_bytes: int = 0
+        self,
+        ingest: service.Ingest,
+        max_body_bytes: int,
+        max_envelope_bytes: int = 0,
+        *,
+        budget: body.BodyBudget | None = None,
     ) -> None:
         self.ingest = ingest
+        self.budget = budget or body.BodyBudget(2**62)
         self.max_body_bytes = max_body_bytes
         # ERRORTRACK_MAX_ENVELOPE_BYTES, with the payloads of items not stored (skim.py,
         # whose read_envelope takes max_body_bytes when this is smaller).
@@ -186,20 +192,25 @@ class _IngestResource:
         # for the whole request: the entry may expire while the body uploads, and a
         # second lookup then would be a second query.
         info = None if key is None else await self._authorize(project_id, key)
-        data = await self._whole_body(req)
-        accepted = await self.accept(project_id, info, data, req.content_type)
-        await self.ingest.store(accepted)
+        charge = body.Charge(self.budget, req.stream)
+        try:
+            data = await self._whole_body(req, charge)
+            charge.take(len(data))
+            accepted = await self.accept(project_id, info, data, req.content_type)
+            await self.ingest.store(accepted)
+        finally:
+            charge.release()
         if accepted.rate_limits:
             # Items were dropped by the rate limit: SDKs read this header on a 200 too.
             resp.set_header("X-Sentry-Rate-Limits", accepted.rate_limits)
         resp.media = accepted.response
 
-    async def _whole_body(self, req: falcon.asgi.Request) -> bytes:
+    async def _whole_body(self, req: falcon.asgi.Request, stream: body.AsyncReadable) -> bytes:
         """``read``, refused (408, nothing stored) when the body did not arrive whole
         (``IngestBody``), also when what arrived reads as malformed: a compressed body,
         or a skipped attachment, cut short."""
         try:
-            data = await self.read(req)
+            data = await self.read(req, stream)
         except BadRequest:
             if body_cut(req.scope):
                 raise _cut_off() from None
@@ -208,9 +219,10 @@ class _IngestResource:
             raise _cut_off()
         return data
 
-    async def read(self, req: falcon.asgi.Request) -> bytes:
-        """The body, decompressed (413 over ``max_body_bytes``)."""
-        raw = await body.read_wire(req.stream, req.content_length, self.max_body_bytes)
+    async def read(self, req: falcon.asgi.Request, stream: body.AsyncReadable) -> bytes:
+        """The body (``stream``: ``req.stream``, charged), decompressed (413 over
+        ``max_body_bytes``)."""
+        raw = await body.read_wire(stream, req.content_length, self.max_body_bytes)
         return body.read_body(
             io.BytesIO(raw), req.get_header("Content-Encoding"), self.max_body_bytes
         )
@@ -229,12 +241,12 @@ class _IngestResource:
 
 
 class Envelope(_IngestResource):
-    async def read(self, req: falcon.asgi.Request) -> bytes:
+    async def read(self, req: falcon.asgi.Request, stream: body.AsyncReadable) -> bytes:
         """As ``_IngestResource.read``, but an envelope over the cap only because of items
         that are not stored (attachments, replays, profiles) is read without their
         payloads, up to ``max_envelope_bytes`` (ingest/skim.py)."""
         return await skim.read_envelope(
-            req.stream,
+            stream,
             req.content_length,
             req.get_header("Content-Encoding"),
             items.HANDLERS.__contains__,

@@ -18,7 +18,7 @@ import brotli
 import orjson
 import zstandard
 
-from errortrack.errors import BadRequest, PayloadTooLarge, UnsupportedContentEncoding
+from errortrack.errors import BadRequest, PayloadTooLarge, Unavailable, UnsupportedContentEncoding
 
 CHUNK = 64 * 1024
 
@@ -406,6 +406,61 @@ def _read_zstd(stream: Readable, cap: int) -> bytes:
 
 class AsyncReadable(Protocol):
     async def read(self, size: int | None = None, /) -> bytes: ...
+
+
+# Seconds a request refused by the body budget is told to wait: the bodies held now are
+# stored (or refused) within seconds.
+BODY_BUDGET_RETRY_AFTER = 2
+
+
+class BodyBudget:
+    """The bytes of request bodies a worker's ingest requests hold at once
+    (``ERRORTRACK_MAX_HELD_BODY_BYTES``), as received and decompressed.
+
+    The event loop takes any number of connections, and each request holds its body
+    until it is stored: 40 connections that sent 19 MiB each and then stalled (no key
+    needed: the envelope header's key is read after the body) held +860 MB, so a few
+    hundred killed the worker, or what shared its machine (thirty-first session). Past
+    the budget a request is refused (503, ``Retry-After``), unless it is the only one
+    holding anything: any body the caps admit can always go in alone. One event loop per
+    worker, so the counts need no lock."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.refused = 0  # requests refused, for /readyz
+
+
+class Charge:
+    """One request's share of the ``BodyBudget``: its body stream, charged per chunk read
+    (what the readers keep of it is at most what they read), and its decompressed body."""
+
+    __slots__ = ("budget", "mine", "stream")
+
+    def __init__(self, budget: BodyBudget, stream: AsyncReadable) -> None:
+        self.budget = budget
+        self.stream = stream
+        self.mine = 0
+
+    async def read(self, size: int | None = None, /) -> bytes:
+        chunk = await self.stream.read(size)
+        self.take(len(chunk))
+        return chunk
+
+    def take(self, size: int) -> None:
+        budget = self.budget
+        self.mine += size
+        budget.held += size
+        if budget.held > budget.limit and budget.held > self.mine:
+            budget.refused += 1
+            raise Unavailable(
+                "the server holds too many request bodies at once; retry later",
+                retry_after=BODY_BUDGET_RETRY_AFTER,
+            )
+
+    def release(self) -> None:
+        self.budget.held -= self.mine
+        self.mine = 0
 
 
 async def read_wire(stream: AsyncReadable, length: int | None, cap: int) -> bytes:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from errortrack import db
 from errortrack.ingest.auth import KeyCache
+from errortrack.ingest.body import BodyBudget
 from errortrack.ingest.ratelimit import RateLimiter
 from errortrack.ingest.service import Ingest
 from errortrack.spool.segments import Spool
@@ -23,6 +24,7 @@ KEY_LOAD_SECONDS = 5.0
 class IngestRuntime:
     ingest: Ingest
     writer: Writer
+    bodies: BodyBudget
 
     def start(self) -> None:
         """Take the spool directory, adopt leftovers and start the writer thread."""
@@ -69,4 +71,4 @@ def build(
         backoff=backoff,
         quarantine_after=settings.writer_quarantine_after,
     )
-    return IngestRuntime(ingest, writer)
+    return IngestRuntime(ingest, writer, BodyBudget(settings.max_held_body_bytes))

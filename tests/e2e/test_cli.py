@@ -113,6 +113,8 @@ def test_serve_on_embedded_default_and_a_second_serve_fails_cleanly(tmp_path):
             body = ready.json()
             spool = body.pop("spool")
             assert body.pop("dropped_items") == {}  # a fresh server has dropped nothing
+            # Nothing held once the probe is answered; the default budget, 256 MiB.
+            assert body.pop("bodies") == {"held_bytes": 0, "max_bytes": 1 << 28, "refused": 0}
             assert spool == {
                 "bytes": spool["bytes"],
                 "max_bytes": 1 << 30,

@@ -338,3 +338,66 @@ def test_a_body_cut_short_is_408_whatever_its_encoding(state, project, clickhous
         "SELECT count() FROM logs WHERE project_id = {p:UInt64}", {"p": pid}
     ) == [(0,)]
     state.ingest.writer.spool.close()
+
+
+def test_bodies_held_at_once_are_bounded_and_given_back(tmp_path):
+    """Stalled uploads hold their bodies: past ERRORTRACK_MAX_HELD_BODY_BYTES another
+    request, keyed or not, is a 503 with Retry-After and nothing of it is stored; once
+    the stalled clients go, everything they held is given back and ingest goes on."""
+    data = tmp_path / "data"
+    mib = 2**20
+    with scratch_database(tmp_path) as url:
+        env = server_env(data, url, ERRORTRACK_MAX_HELD_BODY_BYTES=str(3 * mib))
+        server_ = Server(env).start()
+        stalled: list[socket.socket] = []
+        try:
+            pid, key = create_project_in(url)
+            auth = f"X-Sentry-Auth: Sentry sentry_key={key}\r\n"
+            keyed = {"X-Sentry-Auth": f"Sentry sentry_key={key}"}
+
+            def stall(headers: str, size: int) -> socket.socket:
+                # Declares 4 MiB, sends ``size`` of it, then nothing: the body is held.
+                head = (
+                    f"POST /api/{pid}/envelope/ HTTP/1.1\r\nHost: x\r\n{headers}"
+                    f"Content-Length: {4 * mib}\r\n\r\n"
+                )
+                return _request(server_.port, head, b"x" * size)
+
+            def held(expected: int) -> int:
+                deadline = time.monotonic() + 10
+                while True:
+                    now = httpx.get(f"{server_.url}/readyz").json()["bodies"]["held_bytes"]
+                    if now == expected or time.monotonic() > deadline:
+                        return now
+                    time.sleep(0.05)
+
+            stalled.append(stall("", 2 * mib))  # no key in a header: read before any key
+            assert held(2 * mib) == 2 * mib
+            stalled.append(stall(auth, mib))
+            assert held(3 * mib) == 3 * mib  # the whole budget, not more
+            small = httpx.post(
+                f"{server_.url}/api/{pid}/envelope/", content=_envelope("refused"), headers=keyed
+            )
+            assert small.status_code == 503, small.text
+            assert small.headers["Retry-After"] == "2"
+            assert "holds too many request bodies" in small.json()["error"]["message"]
+            # Refused while it uploads, too.
+            stalled.append(stall(auth, mib))
+            refused = _answer(stalled[-1])
+            assert refused.startswith(b"HTTP/1.1 503"), refused[:200]
+            assert b"retry-after: 2" in refused.lower()
+            for sock in stalled:
+                sock.close()
+            assert held(0) == 0
+            ready = httpx.get(f"{server_.url}/readyz").json()["bodies"]
+            assert ready == {"held_bytes": 0, "max_bytes": 3 * mib, "refused": 2}
+            ok = httpx.post(
+                f"{server_.url}/api/{pid}/envelope/", content=_envelope("stored"), headers=keyed
+            )
+            assert ok.status_code == 200, ok.text
+        finally:
+            for sock in stalled:
+                sock.close()
+            server_.stop()
+        bodies = query_data_dir(data, f"SELECT body FROM logs WHERE project_id = {pid}")
+        assert bodies == [{"body": "stored"}]
