@@ -25,7 +25,6 @@ import msgspec
 
 from errortrack import timestamps
 from errortrack.errors import BadRequest
-from errortrack.ingest.envelope import container_items
 from errortrack.timestamps import corrected
 
 if TYPE_CHECKING:
@@ -85,6 +84,8 @@ class _Row(msgspec.Struct, gc=False):
 
 
 _ITEM = msgspec.json.Decoder(_Item)
+# An object whose values stay raw JSON: checks a payload's syntax without building it.
+_RAW_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ATTRIBUTES = msgspec.json.Decoder(dict[str, Attribute] | None)
 # For attributes whose values are not all objects (tolerated: those stay out of the maps).
 _ANY_ATTRIBUTES = msgspec.json.Decoder(dict[str, Any] | None)
@@ -123,11 +124,29 @@ def handle_log(payload: bytes, headers: dict[str, Any], ctx: ItemContext) -> Ite
     return ItemRows(log_lines=_ENCODER.encode_lines(rows), log_count=len(rows))
 
 
+# Where msgspec found an item that is not an object: "... - at `$.items[3]`".
+_NOT_AN_OBJECT = re.compile(r"Expected `object`, got `\w+` - at `\$\.items\[(\d+)\]`")
+
+
 def _why_not(payload: bytes, exc: Exception) -> BadRequest:
-    """The 400 for a payload msgspec refused, in the words the API has always used."""
-    for index, log in enumerate(container_items(payload, "log")):  # raises for the item
-        if type(log) is not dict:
-            return BadRequest(f"log {index} is not a JSON object")
+    """The 400 for a payload msgspec refused, in the words the API has always used.
+
+    Without reading the items into Python objects again: that re-read (orjson, only to
+    word this answer) took 2.2 s and ~0.57 GB for 12 MiB of nested arrays, 18 KB
+    gzipped (ingest review, thirty-first session). Reading the payload as raw JSON checks
+    its syntax and builds nothing."""
+    try:
+        _RAW_OBJECT.decode(payload)
+    except msgspec.ValidationError:
+        return BadRequest('log item payload must be an object {"items": [...]}')
+    except _DECODE_ERRORS as error:
+        return BadRequest(f"log item payload is not valid JSON: {error}")
+    if isinstance(exc, msgspec.ValidationError):
+        message = str(exc)
+        if (found := _NOT_AN_OBJECT.fullmatch(message)) is not None:
+            return BadRequest(f"log {found[1]} is not a JSON object")
+        if message.endswith("- at `$.items`") or message.startswith("Object missing"):
+            return BadRequest('log item payload must be an object {"items": [...]}')
     return BadRequest(f"log item payload is not valid: {exc}")
 
 

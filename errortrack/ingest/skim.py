@@ -107,14 +107,26 @@ class Skimmer:
             end = data.find(b"\n", pos)
             if end < 0:
                 self.line += data[pos:]
+                self._check_header_size()
                 if len(self.line) > self.cap:
                     self._keep(bytes(self.line))  # too large either way: refused there
                 return
             self.line += data[pos:end]
+            self._check_header_size()
             pos = end + 1
             line = bytes(self.line)
             self.line.clear()
             self._on_line(line)
+
+    def _check_header_size(self) -> None:
+        """A header line (the envelope's, or an item's) over envelope.MAX_HEADER_BYTES is
+        refused as it arrives, as ``envelope.parse`` refuses it."""
+        if len(self.line) > envelope.MAX_HEADER_BYTES and self.state in (
+            _ENVELOPE_HEADER,
+            _ITEM_HEADER,
+        ):
+            what = "envelope header (line 1)" if self.state == _ENVELOPE_HEADER else None
+            raise envelope.header_too_large(what or f"item {self.items + 1} header")
 
     def _on_line(self, line: bytes) -> None:
         if self.state != _ITEM_HEADER or not line.strip():

@@ -423,3 +423,45 @@ def test_an_envelope_over_the_body_cap_is_refused_at_its_item_past_the_cap():
     )
     wire = gzip.compress(body)
     assert len(envelope.parse(read(wire)).items) == envelope.MAX_ENVELOPE_ITEMS
+
+
+def _nested_header(size: int, extra: bytes = b"") -> bytes:
+    """A header line of ``size`` bytes: an object of nested empty arrays (each a Python
+    object or two once read: what a header line over the cap costs is the reading), then
+    ``extra`` fields."""
+    head, fill, tail = b'{"a":[', b"[[]],", b"]" + extra + b"}"
+    count = (size - len(head) - len(tail)) // len(fill)
+    line = head + (fill * count)[:-1]
+    return line + b" " * (size - len(line) - len(tail)) + tail
+
+
+@pytest.mark.parametrize("where", ["envelope", "item"])
+def test_a_header_line_over_its_cap_is_413_before_it_is_read(where, ingest_client, project):
+    import gzip
+
+    assert len(_nested_header(envelope.MAX_HEADER_BYTES, b',"x":1')) == envelope.MAX_HEADER_BYTES
+
+    def body(size: int) -> bytes:
+        if where == "envelope":
+            return _nested_header(size) + b"\n" + _item("attachment", _noise(100))
+        return b"{}\n" + _nested_header(size, b',"type":"session"') + b"\n{}\n"
+
+    assert envelope.parse(body(envelope.MAX_HEADER_BYTES)).items
+    with pytest.raises(PayloadTooLarge, match=r"header.* is over 65,536 bytes"):
+        envelope.parse(body(envelope.MAX_HEADER_BYTES + 1))
+    # The skim path (an envelope over the body cap) refuses it as it arrives, at the
+    # header's cap, not at the body's.
+    wire = gzip.compress(body(20 * 2**20) + _item("attachment", _noise(5_000)))
+    with pytest.raises(PayloadTooLarge, match="is over 65,536 bytes"):
+        asyncio.run(
+            skim.read_envelope(
+                _Memory(wire), len(wire), "gzip", HANDLERS.__contains__, 2**22, 2**26
+            )
+        )
+    # Served, with no key anywhere but the envelope: a 413, nothing read past the cap.
+    pid, _ = project
+    answer = ingest_client.simulate_post(
+        f"/api/{pid}/envelope/", body=body(envelope.MAX_HEADER_BYTES + 1)
+    )
+    assert answer.status_code == 413, answer.text
+    assert "is over 65,536 bytes" in answer.json["error"]["message"]
