@@ -329,6 +329,13 @@ class Settings:
     query_timeout_seconds: float = _setting(
         30.0, _query_timeout, "Seconds one API query may run (503 query_timeout); 0 = no limit"
     )
+    # Memory one ClickHouse read of an API request may use (max_memory_usage; 503
+    # query_memory past it). With chDB the engine's memory is the worker's: a viewer's log
+    # page of 1 MB span ids, a search's deep page or a large trace took it to 2-5 GB (API
+    # review, thirty-first session), and an OOM kill took ingest down with it.
+    query_max_memory_bytes: int = _setting(
+        2**30, _non_negative_int, "Memory one API ClickHouse read may use (503); 0 = no limit"
+    )
     # Accepted items per second per project (a log counts once per log line); 0 = no limit.
     rate_limit_per_second: int = _setting(0, _rate_limit, "Ingest items/s per project")
     # Reverse proxies / load balancers (addresses or CIDR networks) whose X-Forwarded-For

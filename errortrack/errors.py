@@ -131,6 +131,14 @@ class Unavailable(_RetryLater):
     code = "unavailable"
 
 
+class QueryMemory(Unavailable):
+    """A ClickHouse read needed more than ``ERRORTRACK_QUERY_MAX_MEMORY_BYTES`` and was
+    stopped: a narrower request (fewer or shorter rows per page, an earlier page, a
+    shorter time range) answers."""
+
+    code = "query_memory"
+
+
 class QueryTimeout(Unavailable):
     """A statement ran past ``ERRORTRACK_QUERY_TIMEOUT_SECONDS`` and was stopped: the
     store is up but the request asked too much of it (a long time range, a text search

@@ -68,9 +68,13 @@ class AppState:
     def api_clickhouse(self) -> ClickHouse:
         """The analytics store as API requests use it: each read stopped after
         ``query_timeout_seconds`` (503 query_timeout), so slow searches cannot hold
-        every API thread. Background work (writer, retention) uses ``clickhouse``."""
-        timeout = self.settings.query_timeout_seconds
-        return self.clickhouse.bounded(timeout) if timeout else self.clickhouse
+        every API thread, and past ``query_max_memory_bytes`` (503 query_memory), so that
+        one read cannot take the worker's memory (with chDB, the engine's is the worker's).
+        Background work (writer, retention) uses ``clickhouse``."""
+        timeout, memory = self.settings.query_timeout_seconds, self.settings.query_max_memory_bytes
+        if not timeout and not memory:
+            return self.clickhouse
+        return self.clickhouse.bounded(timeout, memory)
 
     @functools.cached_property
     def api_sessions(self) -> sessionmaker[Session]:

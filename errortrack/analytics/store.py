@@ -99,13 +99,19 @@ class ClickHouse:
             self._local.client = client
         return client
 
-    def bounded(self, seconds: float) -> ClickHouse:
+    def bounded(self, seconds: float, max_memory: int = 0) -> ClickHouse:
         """This store with each read stopped after ``seconds`` (ClickHouse's
-        ``max_execution_time``, raising TIMEOUT_EXCEEDED): what API requests use, while the
-        writer and the retention pass read unbounded. It shares this store's per-thread
+        ``max_execution_time``, raising TIMEOUT_EXCEEDED) and, when ``max_memory`` is set,
+        once it needs more than that many bytes (``max_memory_usage``, raising
+        MEMORY_LIMIT_EXCEEDED): what API requests use, while the writer and the retention
+        pass read unbounded. 0 leaves either unbounded. It shares this store's per-thread
         connections; commands (inserts, drops, deletes) are not bounded."""
         view = copy.copy(self)
-        view._read_settings = {**self._read_settings, "max_execution_time": seconds}
+        view._read_settings = dict(self._read_settings)
+        if seconds:
+            view._read_settings["max_execution_time"] = seconds
+        if max_memory:
+            view._read_settings["max_memory_usage"] = max_memory
         return view
 
     # Thin pass-throughs so that callers need not think about threads.

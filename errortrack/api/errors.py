@@ -19,7 +19,14 @@ import sqlalchemy.exc
 import sqlalchemy.orm.exc
 from clickhouse_connect.driver import exceptions as clickhouse_errors
 
-from errortrack.errors import ErrortrackError, NotFound, QueryTimeout, Unauthorized, Unavailable
+from errortrack.errors import (
+    ErrortrackError,
+    NotFound,
+    QueryMemory,
+    QueryTimeout,
+    Unauthorized,
+    Unavailable,
+)
 from errortrack.models import ApiToken, LoginSession
 
 log = logging.getLogger(__name__)
@@ -136,6 +143,12 @@ _TIMEOUT_MESSAGE = (
 )
 
 
+_MEMORY_MESSAGE = (
+    "the query needed more memory than the analytics store's limit and was stopped; "
+    "narrow the request (fewer rows per page, an earlier page, a shorter time range)"
+)
+
+
 def _timed_out(store: str, req: falcon.Request, resp: falcon.Response, p: Any) -> None:
     log.warning("%s query timed out on %s %s", store, req.method, logged_path(req))
     message = _TIMEOUT_MESSAGE.format(store=store)
@@ -194,6 +207,9 @@ def _analytics_error(req: falcon.Request, resp: falcon.Response, ex: Exception, 
     # driver both name the error so. Any other query error is a bug: a 500.
     if "TIMEOUT_EXCEEDED" in str(ex):
         _timed_out("analytics", req, resp, p)
+    elif "MEMORY_LIMIT_EXCEEDED" in str(ex):
+        log.warning("analytics query over its memory limit on %s %s", req.method, logged_path(req))
+        _domain(req, resp, QueryMemory(_MEMORY_MESSAGE, retry_after=RETRY_AFTER), p)
     elif _CHDB_ENGINE_BUSY in str(ex):
         # The embedded engine's directory is held by another process: during a reload
         # (SIGHUP) the old worker holds it while it drains, and every API read was a 500

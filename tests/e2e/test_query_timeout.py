@@ -1,5 +1,6 @@
 """ERRORTRACK_QUERY_TIMEOUT_SECONDS: an API read that runs too long is stopped and answered
-503 query_timeout (the one error shape), and only API reads are bounded."""
+503 query_timeout (the one error shape), and only API reads are bounded; likewise
+ERRORTRACK_QUERY_MAX_MEMORY_BYTES for one that needs too much memory (503 query_memory)."""
 
 from __future__ import annotations
 
@@ -40,9 +41,14 @@ def test_a_bounded_store_stops_reads_and_the_store_itself_does_not(clickhouse):
     assert rows == [(0.2, 1)]
 
 
-def _served(state: AppState, seconds: float) -> tuple[falcon.testing.TestClient, AppState]:
+def _served(
+    state: AppState, seconds: float, memory: int | None = None
+) -> tuple[falcon.testing.TestClient, AppState]:
+    changes: dict = {"query_timeout_seconds": seconds}
+    if memory is not None:
+        changes["query_max_memory_bytes"] = memory
     timed = AppState.build(
-        dataclasses.replace(state.settings, query_timeout_seconds=seconds),
+        dataclasses.replace(state.settings, **changes),
         engine=state.engine,
         clickhouse=state.clickhouse,
         clock=state.clock,
@@ -77,6 +83,51 @@ def test_a_slow_log_search_answers_503_query_timeout(state):
         )
         assert again.status_code == 200, again.text
         assert again.json["total_count"] >= 100
+    finally:
+        roomy_state.ingest.writer.spool.close()
+
+
+def test_a_read_that_needs_too_much_memory_answers_503_query_memory(state):
+    """A text search's deep page holds every matched body up to its offset: 200k logs of
+    10 KB took the worker to 4.6 GB (API review, thirty-first session). Past the limit
+    the read is stopped; the store itself (writer, retention) is not bounded."""
+    assert state.settings.query_max_memory_bytes == 2**30  # the default
+    client, capped = _served(state, 30, memory=300 * 2**20)
+    world = build_world(capped, client)
+    try:
+        assert capped.api_clickhouse.query_rows("SELECT getSetting('max_memory_usage')") == [
+            (300 * 2**20,)
+        ]
+        assert state.clickhouse.query_rows("SELECT getSetting('max_memory_usage')") == [(0,)]
+        state.clickhouse.command(
+            "INSERT INTO logs (project_id, timestamp, level, severity_number, body, attributes,"
+            " retention_days)"
+            f" SELECT {world.project_id}, now64(6) - number / 1000, 'info', 9, 'request ' ||"
+            " toString(number) || ' ' || randomPrintableASCII(1000), '{}', 3650"
+            " FROM numbers(300000)"
+        )
+        deep = (
+            f"/api/projects/{world.project_id}/logs?q=request&sort=-severity&page=290&per_page=1000"
+        )
+        resp = world.call("viewer", "GET", deep)
+        assert resp.status_code == 503, resp.text
+        assert resp.json["error"]["code"] == "query_memory"
+        assert "narrow the request" in resp.json["error"]["message"]
+        assert resp.headers["Retry-After"].isdigit()
+        # A first page of the same search fits.
+        first = world.call("viewer", "GET", deep.replace("page=290", "page=1"))
+        assert first.status_code == 200, first.text
+    finally:
+        capped.ingest.writer.spool.close()
+    # 0: no limit, and the same deep page answers.
+    roomy, roomy_state = _served(state, 30, memory=0)
+    try:
+        assert roomy_state.api_clickhouse.query_rows("SELECT getSetting('max_memory_usage')") == [
+            (0,)
+        ]
+        again = roomy.simulate_get(deep, headers=world.headers("viewer"))
+        assert again.status_code == 200, again.text
+        assert len(again.json["items"]) == 1000
     finally:
         roomy_state.ingest.writer.spool.close()
 
@@ -184,7 +235,7 @@ def test_the_setting_takes_0_and_at_most_what_postgresql_takes():
 
 
 def test_0_leaves_api_reads_unbounded(state):
-    _, timed = _served(state, 0)
+    _, timed = _served(state, 0, memory=0)
     try:
         assert timed.api_clickhouse is timed.clickhouse
         rows = timed.api_clickhouse.query_rows("SELECT getSetting('max_execution_time')")
