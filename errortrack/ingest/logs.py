@@ -186,6 +186,8 @@ def _row(
     if type(body) is not str:
         body = "" if body is None else _ENCODE(body).decode()
     trace_id, span_id = _trace_and_span(log.trace_id, log.span_id, attributes)
+    if len(level) > MAX_LEVEL or len(trace_id) > MAX_ID or len(span_id) > MAX_ID:
+        raise _too_long(index, level, trace_id, span_id)
     strings, ints, floats, bools = _typed(attributes)
     return _Row(
         project_id,
@@ -203,6 +205,27 @@ def _row(
         bools,
         retention,
     )
+
+
+# A log's level and ids are short (SDKs send "info" and 32 and 16 hex digits), and only a
+# log's body and attributes count against a page's byte budget: 1,000 logs of 1 MB span
+# ids made a 954 MiB page that took the worker to 3.8 GB (API review, thirty-first
+# session). Ids as spans' (traces.rows.MAX_ID, not imported: traces imports this module).
+MAX_LEVEL = 64
+MAX_ID = 64
+
+
+def _too_long(index: int, level: str, trace_id: str, span_id: str) -> BadRequest:
+    field, limit = next(
+        (name, limit)
+        for name, value, limit in (
+            ("level", level, MAX_LEVEL),
+            ("trace_id", trace_id, MAX_ID),
+            ("span_id", span_id, MAX_ID),
+        )
+        if len(value) > limit
+    )
+    return BadRequest(f"log {index}: {field} is longer than {limit} characters")
 
 
 def _attributes(raw: msgspec.Raw, index: int) -> dict[str, Attribute] | None:

@@ -264,6 +264,8 @@ MAX_SEGMENT_NAME = 200
 # A trace or span id, which the segment's root lends every span of it (real ones are 32
 # and 16 hex digits, 36 characters as a UUID): longer is refused (``check_ids``).
 MAX_ID = 64
+# A span's op and status: short names ("http.client", "internal_error").
+MAX_SHORT_TEXT = 200
 
 
 def segment_name(name: str) -> str:
@@ -299,6 +301,18 @@ def span_row(
     attributes: dict[str, Any],
     retention_days: int,
 ) -> dict[str, Any]:
+    # Every span source (span items, transactions and their children) comes here: the
+    # short columns are bounded as ids are (``check_ids``), or a page of spans with 1 MB
+    # parent ids answered 954 MiB and took the worker to 4.8 GB (API review, thirty-first
+    # session). ``description`` and ``attributes`` are the pages' own budget's.
+    for field, value, limit in (
+        ("parent_span_id", parent_span_id, MAX_ID),
+        ("segment_id", segment_id, MAX_ID),
+        ("op", op, MAX_SHORT_TEXT),
+        ("status", status, MAX_SHORT_TEXT),
+    ):
+        if len(value) > limit:
+            raise BadRequest(f"span {span_id}: {field} is longer than {limit} characters")
     # Times no column can hold become the arrival time (docs/INGEST.md, "Choices").
     start = timestamps.storable(start, received_at)
     end = timestamps.storable(end, start)

@@ -11,7 +11,7 @@ from errortrack.api.schemas.issues import EventSummaryOut, IssueOut
 from errortrack.api.schemas.traces import TraceOut
 from tests.access_world import build_world
 from tests.issue_data import add_event, add_issue, add_span
-from tests.logs_data import insert_logs, sdk_log
+from tests.logs_data import BASE, insert_logs, sdk_log
 
 T = "ab" * 16
 
@@ -631,6 +631,56 @@ def test_pages_of_spans_and_logs_stop_at_their_byte_budget(world, monkeypatch):
     assert 1 <= story["span_count"] < 10 and len(story["logs"]) == 1
     logs = _get(world, "viewer", f"/api/projects/{p}/logs", "per_page=100").json
     assert len(logs["items"]) == 1 and logs["total_count"] == 4 and logs["next_cursor"]
+
+
+def test_long_short_columns_stored_before_their_bound_count_against_the_budget(world, monkeypatch):
+    """Rows stored before ingest bounded a log's ids and a span's parent id (thirty-first
+    session) still come in pages within the byte budget: 1 MB span ids made a 954 MiB
+    page of logs that took the worker to 3.8 GB (API review)."""
+    import orjson
+
+    from errortrack import paging
+    from errortrack.traces.rows import span_row
+
+    monkeypatch.setattr(paging, "PAGE_BYTES", 200)
+    p, long_id = world.project_id, "ab" * 75  # 150 characters each, over 64
+    logs = [sdk_log("x", at=i, trace_id=T, span_id="1" * 16) for i in range(4)]
+    rows = insert_logs(world.state.clickhouse, p, logs)
+    world.state.clickhouse.command(f"DELETE FROM logs WHERE project_id = {p}")
+    for row in rows:
+        row["span_id"] = long_id  # as a sender could store it then
+    world.state.clickhouse.client().raw_insert(
+        "logs", insert_block=b"\n".join(orjson.dumps(r) for r in rows), fmt="JSONEachRow"
+    )
+    page = _get(world, "viewer", f"/api/projects/{p}/logs", "per_page=100").json
+    assert page["total_count"] == 4 and len(page["items"]) == 1 and page["next_cursor"]
+    assert page["items"][0]["span_id"] == long_id
+    spans = []
+    for i in range(4):
+        start = BASE.timestamp() + i
+        row = span_row(
+            project_id=p,
+            trace_id=T,
+            span_id=f"{i:016x}",
+            parent_span_id="",
+            segment_id="",
+            segment_name="",
+            is_segment=False,
+            op="db",
+            description="q",
+            start=start,
+            end=start + 1,
+            status="ok",
+            received_at=start,
+            attributes={},
+            retention_days=3650,
+        )
+        spans.append({**row, "parent_span_id": long_id})
+    world.state.clickhouse.client().raw_insert(
+        "spans", insert_block=b"\n".join(orjson.dumps(r) for r in spans), fmt="JSONEachRow"
+    )
+    body = _get(world, "viewer", f"/api/projects/{p}/traces/{T}/spans", "per_page=100").json
+    assert body["total_count"] == 4 and 1 <= len(body["items"]) < 4 and body["next_cursor"]
 
 
 def test_a_span_id_stored_twice_is_walked_once(world):

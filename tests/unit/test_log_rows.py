@@ -255,6 +255,21 @@ def test_odd_field_types_are_tolerated_as_before():
         (b'{"items":3}', "must be an object"),
         (b'{"items":[3]}', "log 0 is not a JSON object"),
         (b'{"items":[{"body":"a"},"x"]}', "log 1 is not a JSON object"),
+        (b'{"items":[{"level":"' + b"l" * 65 + b'"}]}', "log 0: level is longer than 64"),
+        (
+            b'{"items":[{},{"span_id":"' + b"a" * 65 + b'"}]}',
+            "log 1: span_id is longer than 64 characters",
+        ),
+        (
+            b'{"items":[{"span_id":"ab","trace_id":"' + b"a" * 65 + b'"}]}',
+            "log 0: trace_id is longer than 64 characters",
+        ),
+        (
+            b'{"items":[{"attributes":{"sentry.trace.parent_span_id":{"value":"'
+            + b"a" * 65
+            + b'","type":"string"}}}]}',
+            "log 0: span_id is longer than 64 characters",
+        ),
         (b'{"items":[{"attributes":[]}]}', "attributes must be an object"),
         (b'{"items":[{"attributes":"a"}]}', "log 0: attributes must be an object"),
         (b'{"items":[{"attributes":{"k":{"value":1e400}}}]}', "attributes are not valid"),
@@ -310,3 +325,8 @@ def test_a_refused_item_is_not_read_into_objects_to_word_its_400():
     finally:
         tracemalloc.stop()
     assert peak < 2**20, peak  # orjson's objects for it: ~100 MB
+
+
+def test_a_logs_level_and_ids_at_their_limit_are_taken():
+    (row,) = rows({"level": "l" * 64, "span_id": "a" * 64, "trace_id": "b" * 64})
+    assert (row["level"], row["span_id"], row["trace_id"]) == ("l" * 64, "a" * 64, "b" * 64)

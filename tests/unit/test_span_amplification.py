@@ -14,7 +14,7 @@ import pytest
 
 from errortrack.errors import BadRequest
 from errortrack.ingest.items import ItemContext
-from errortrack.traces.rows import MAX_ID, MAX_NAME, MAX_SEGMENT_NAME, json_text
+from errortrack.traces.rows import MAX_ID, MAX_NAME, MAX_SEGMENT_NAME, MAX_SHORT_TEXT, json_text
 from errortrack.traces.spans_v2 import handle_span
 from errortrack.traces.transactions import MAX_ENVIRONMENT, MAX_RELEASE, handle_transaction
 
@@ -255,3 +255,45 @@ def test_a_transactions_long_id_is_refused_before_any_row_is_made(monkeypatch):
     with pytest.raises(BadRequest, match=r"^span 999 of the transaction: span_id is longer"):
         tx_rows(event)
     assert made == []
+
+
+@pytest.mark.parametrize(
+    ("make", "field", "limit"),
+    [
+        (lambda v: ("span", _v2_with(1, parent_span_id=v)), "parent_span_id", MAX_ID),
+        (lambda v: ("span", _v2_with(1, status=v)), "status", MAX_SHORT_TEXT),
+        (
+            lambda v: (
+                "span",
+                _v2_with(1, attributes={"sentry.op": {"value": v, "type": "string"}}),
+            ),
+            "op",
+            MAX_SHORT_TEXT,
+        ),
+        (
+            lambda v: (
+                "span",
+                _v2_with(1, attributes={"sentry.segment.id": {"value": v, "type": "string"}}),
+            ),
+            "segment_id",
+            MAX_ID,
+        ),
+        (lambda v: ("tx", _tx_with(child={"parent_span_id": v})), "parent_span_id", MAX_ID),
+        (lambda v: ("tx", _tx_with(child={"op": v})), "op", MAX_SHORT_TEXT),
+        (lambda v: ("tx", _tx_with(child={"status": v})), "status", MAX_SHORT_TEXT),
+    ],
+    ids=["v2-parent", "v2-status", "v2-op", "v2-segment-id", "tx-parent", "tx-op", "tx-status"],
+)
+def test_a_spans_short_columns_longer_than_their_limit_are_refused(make, field, limit):
+    """1,001 spans of 1 MB parent ids made a 954 MiB page of the trace's spans and took
+    the worker to 4.8 GB (API review, thirty-first session): the page's budget counted the
+    description and attributes only, and nothing bounded these."""
+
+    def handle(value):
+        kind, item = make(value)
+        handler = handle_transaction if kind == "tx" else handle_span
+        return handler(orjson.dumps(item), {"type": kind}, ctx()).spans
+
+    assert handle("a" * limit)  # at the limit: taken, as before
+    with pytest.raises(BadRequest, match=f"^span [0-9a-f]+: {field} is longer than {limit} "):
+        handle("a" * (limit + 1))
