@@ -112,8 +112,17 @@ def _email(found: re.Match[str]) -> str:
     return found.group() if followed_by_digit else "<email>"
 
 
+# Characters of a message (or an exception's value) that grouping reads: Relay's limit on
+# a message (8,192). A 1 MB message of numbers took ~0.12 s a pass, twice per event with
+# a {{message}} fingerprint (ingest review, thirty-first session); messages that first
+# differ past this point group together, as they would in Sentry, which stores no more.
+MESSAGE_MAX = 8192
+
+
 def normalise_message(text: str) -> str:
-    """The message with the parts that vary per occurrence replaced by placeholders."""
+    """The message with the parts that vary per occurrence replaced by placeholders (its
+    first ``MESSAGE_MAX`` characters)."""
+    text = text[:MESSAGE_MAX]
     if "://" in text:
         text = _URL.sub("<url>", text)
     if "@" in text:
@@ -593,20 +602,38 @@ def _canonical_message(event: dict[str, Any]) -> str:
     return _text(values[-1].get("value")) if values else ""
 
 
-def _tag(event: dict[str, Any], name: str) -> str:
-    tags = event.get("tags")
-    if isinstance(tags, dict):
-        return _text(tags.get(name))
-    if isinstance(tags, list):  # Sentry's own shape: [[name, value], ...]
-        for pair in tags:
-            if (
-                isinstance(pair, list | tuple)
-                and len(pair) == 2
-                and pair[0] == name
-                and (text := _text(pair[1]))
-            ):
-                return text
-    return ""
+class _Tags:
+    """An event's tags by name, for ``{{tags.X}}`` variables. Sentry's list shape
+    (``[[name, value], ...]``) is walked once, on the first lookup, keeping each name's
+    first pair with a text value: walked per variable, 64 variables over 500,000 tags (a
+    977 KB event, 1.3 KB gzipped) took 2.3 s of the event loop (ingest review,
+    thirty-first session)."""
+
+    __slots__ = ("_by_name", "_tags")
+
+    def __init__(self, event: dict[str, Any]) -> None:
+        self._tags = event.get("tags")
+        self._by_name: dict[str, str] | None = None
+
+    def get(self, name: str) -> str:
+        tags = self._tags
+        if isinstance(tags, dict):
+            return _text(tags.get(name))
+        if not isinstance(tags, list):
+            return ""
+        if self._by_name is None:
+            found: dict[str, str] = {}
+            for pair in tags:
+                if (
+                    isinstance(pair, list | tuple)
+                    and len(pair) == 2
+                    and isinstance(pair[0], str)
+                    and pair[0] not in found
+                    and (text := _text(pair[1]))
+                ):
+                    found[pair[0]] = text
+            self._by_name = found
+        return self._by_name.get(name, "")
 
 
 # Variables read from the crash frame: (frame field, Sentry's placeholder when missing).
@@ -623,7 +650,7 @@ _FRAME_VARIABLES = {
 }
 
 
-def _resolve(name: str, event: dict[str, Any]) -> str | None:
+def _resolve(name: str, event: dict[str, Any], tags: _Tags | None = None) -> str | None:
     """A variable's value, or Sentry's placeholder when the event has none; None when the
     name is not one of Sentry's (the entry then stays literal, as Sentry's older configs
     keep it)."""
@@ -641,7 +668,7 @@ def _resolve(name: str, event: dict[str, Any]) -> str | None:
         return _text(event.get(name)) or f"<no-{name}>"
     if name.startswith("tags."):
         tag = name[5:]
-        return _tag(event, tag) or f"<no-value-for-tag-{tag}>"
+        return (tags or _Tags(event)).get(tag) or f"<no-value-for-tag-{tag}>"
     if name not in _FRAME_VARIABLES:
         return None
     field, missing = _FRAME_VARIABLES[name]
@@ -669,6 +696,7 @@ def expand(custom: Iterable[Any], event: dict[str, Any]) -> list[str]:
     parts: list[str] = ["custom"]
     # Each variable read once: a name used again costs a reference, not the event again.
     resolved: dict[str, str | None] = {}
+    tags = _Tags(event)
     default: list[str] | None = None
     for item in itertools.islice(custom, FINGERPRINT_MAX):
         name = _variable_name(item)
@@ -678,7 +706,7 @@ def expand(custom: Iterable[Any], event: dict[str, Any]) -> list[str]:
             parts.extend(default)
             continue
         if name is not None and name not in resolved:
-            resolved[name] = _resolve(name, event)
+            resolved[name] = _resolve(name, event, tags)
         value = resolved[name] if name is not None else None
         parts.append(_literal(item) if value is None else value)
     return parts

@@ -327,3 +327,35 @@ def test_exception_groups_sharing_an_id_cost_linear_time():
     assert title(event) == "ValueError: v"
     fingerprint(event)
     assert time.process_time() - started < 2
+
+
+def test_tags_sent_as_a_list_are_walked_once_for_every_tag_variable():
+    """64 {{tags.X}} variables each walked 500,000 tags again: 2.3 s on the event loop for
+    a 977 KB event, 1.3 KB gzipped (ingest review, thirty-first session)."""
+    from errortrack.issues.fingerprint import FINGERPRINT_MAX, expand
+
+    class Counted(list):
+        walks = 0
+
+        def __iter__(self):
+            Counted.walks += 1
+            return super().__iter__()
+
+    tags = Counted([["t1", ""], ["t1", "first"], ["t1", "second"], [["t2"], "x"], ["t2", 7]])
+    tags += [[f"n{i}", "v"] for i in range(1000)]
+    custom = [f"{{{{tags.t{i % 3}}}}}" for i in range(FINGERPRINT_MAX)] + ["{{tags.n999}}"]
+    parts = expand(custom, {"tags": tags})
+    assert Counted.walks == 1
+    # As before: a name's first pair with a text value; none, Sentry's placeholder.
+    assert parts[1:4] == ["<no-value-for-tag-t0>", "first", "7"]
+    assert len(parts) == 1 + FINGERPRINT_MAX  # entries past the cap are left out
+    assert expand(["{{tags.n999}}"], {"tags": tags}) == ["custom", "v"]
+
+
+def test_only_a_messages_first_8192_characters_are_normalised():
+    from errortrack.issues.fingerprint import MESSAGE_MAX, normalise_message
+
+    huge = "1 " * 500_000
+    assert normalise_message(huge) == " ".join(["<num>"] * (MESSAGE_MAX // 2))
+    head = "x" * MESSAGE_MAX
+    assert normalise_message(head + " 123") == normalise_message(head + " 456") == head
