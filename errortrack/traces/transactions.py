@@ -14,7 +14,7 @@ import msgspec
 import orjson
 
 from errortrack import timestamps
-from errortrack.errors import BadRequest
+from errortrack.errors import BadRequest, PayloadTooLarge
 from errortrack.ingest.logs import INT64_MAX, INT64_MIN
 from errortrack.traces.rows import (
     check_ids,
@@ -102,6 +102,14 @@ def _scope_value(value: Any, limit: int) -> Any:
     return None
 
 
+# Child spans one transaction may hold (413 past it). SDKs stop at 1,000 (sentry-sdk's
+# and @sentry/node's maxSpans). A child of 16 bytes ({"span_id":"b"}) becomes a row of
+# ~1.35 KB (the segment's name and ids, release and environment copied into it): 60,000
+# of them in a 961 KB transaction, 2 KB gzipped, made 81 MB of rows and cost ~1.5 CPU-s
+# (ingest review, thirty-first session); the envelope's 100,000-row cap was sized on logs.
+MAX_SPANS = 10_000
+
+
 def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
     trace = _root_context(event)
     received = ctx.received_at.timestamp()
@@ -109,6 +117,10 @@ def rows(event: dict[str, Any], ctx: ItemContext) -> list[dict[str, Any]]:
     spans = [s for s in children if isinstance(s, dict)] if isinstance(children, list) else []
     from errortrack.ingest.items import check_rows
 
+    if len(spans) > MAX_SPANS:
+        raise PayloadTooLarge(
+            f"the transaction holds more than {MAX_SPANS:,} spans; SDKs send at most 1,000"
+        )
     check_rows(1 + len(spans), "a transaction", ctx)
     # Before any row is made, as span items are (``spans_v2.rows``).
     for i, span in enumerate(spans):

@@ -297,3 +297,23 @@ def test_a_spans_short_columns_longer_than_their_limit_are_refused(make, field, 
     assert handle("a" * limit)  # at the limit: taken, as before
     with pytest.raises(BadRequest, match=f"^span [0-9a-f]+: {field} is longer than {limit} "):
         handle("a" * (limit + 1))
+
+
+def test_a_transaction_of_more_spans_than_the_cap_is_413_before_any_row_is_made(monkeypatch):
+    """60,000 children of 16 bytes (961 KB, 2 KB gzipped) made 81 MB of span rows."""
+    from errortrack.errors import PayloadTooLarge
+    from errortrack.traces import transactions
+    from errortrack.traces.transactions import MAX_SPANS
+
+    made = []
+    real = transactions.span_row
+    monkeypatch.setattr(
+        "errortrack.traces.transactions.span_row", lambda **kw: made.append(1) or real(**kw)
+    )
+    event = transaction(children=MAX_SPANS)
+    assert len(tx_rows(event)) == 1 + MAX_SPANS  # at the cap: taken
+    made.clear()
+    event["spans"].append({"span_id": "b"})
+    with pytest.raises(PayloadTooLarge, match="more than 10,000 spans"):
+        tx_rows(event)
+    assert made == []
