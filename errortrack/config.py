@@ -310,7 +310,7 @@ class Settings:
     # ... or at this many spooled bytes, if that comes first: the writer holds a batch in
     # memory several times over while it inserts it (a 615 MB batch of 900 KB events peaked
     # at 4.7 GB; 32 MiB: bench/RESULTS.md, thirty-first session). A 20k-row batch of
-    # typical logs is ~14 MB, so logs still go by rows; events and spans may go by bytes.
+    # the benchmark's logs is ~26 MiB, so logs still go by rows; events and spans may go by bytes.
     writer_batch_bytes: int = _setting(
         BATCH_BYTES, _positive_int, "Spooled bytes per ClickHouse insert (rows or bytes first)"
     )

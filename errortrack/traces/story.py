@@ -1,7 +1,8 @@
 """One trace's whole story: its spans as a tree, the logs emitted in it, its error events.
 
-Three queries, each narrowed by the project (the sort key's prefix) and the trace id (a
-bloom filter index on every table), each capped so one huge trace cannot exhaust memory.
+Three reads, each narrowed by the project (the sort key's prefix) and the trace id (a
+bloom filter index on every table), each capped so one huge trace cannot exhaust memory
+(spans in two steps, ``_PICK`` then ``_fetch``, for that).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from errortrack.errors import NotFound
 from errortrack.issues.cursor import SpanCursor
 from errortrack.issues.read import EVENT_COLUMNS, event_item
 from errortrack.logs.query import ch_time, iso_utc, stored_json, trace_logs
-from errortrack.paging import PageRequest, page_body, within_budget
+from errortrack.paging import PageRequest, page_body
 
 MAX_SPANS = 10_000
 # Nesting shown as such; deeper spans are listed under their ancestor at this depth. Each
@@ -38,15 +39,13 @@ def trace_story(store: ClickHouse, project_id: int, trace_id: str) -> dict[str, 
     params = {"project_id": project_id, "trace_id": trace_id}
     # LIMIT 1 BY: a transaction the SDK sent again (it saw no answer to the first try) is
     # stored twice, and showed every span twice; each span id is shown once.
-    spans, spans_cut = within_budget(
-        store.query_rows(
-            _budgeted(
-                f"SELECT {SPAN_COLUMNS} FROM spans WHERE {_WHERE} "
-                f"{_ORDER} LIMIT 1 BY span_id LIMIT {{limit:UInt32}}"
-            ),
-            {**params, "limit": MAX_SPANS + 1},
-        )
+    picked = store.query_rows(
+        f"SELECT {_PICK} FROM spans WHERE {_WHERE} "
+        f"{_ORDER} LIMIT 1 BY span_id LIMIT {{limit:UInt32}}",
+        {**params, "limit": MAX_SPANS + 1},
     )
+    kept, spans_cut = _within_budget(picked)
+    spans = _fetch(store, params, kept[:MAX_SPANS])
     events = store.query_rows(
         f"SELECT {EVENT_COLUMNS} FROM events WHERE {_WHERE} "
         "ORDER BY timestamp, event_id LIMIT {limit:UInt32}",
@@ -58,11 +57,11 @@ def trace_story(store: ClickHouse, project_id: int, trace_id: str) -> dict[str, 
     # One row past each cap says whether the list was cut: a trace of 100,000 spans came
     # back as 10,000 with nothing to tell a program so (review, twentieth session).
     truncated = {
-        "spans": spans_cut or len(spans) > MAX_SPANS,
+        "spans": spans_cut or len(kept) > MAX_SPANS,
         "logs": logs_cut,
         "events": len(events) > MAX_EVENTS,
     }
-    spans, events = spans[:MAX_SPANS], events[:MAX_EVENTS]
+    events = events[:MAX_EVENTS]
     return {
         "trace_id": trace_id,
         "spans": span_tree([span_node(row) for row in spans]),
@@ -90,27 +89,29 @@ def trace_spans(
     params: dict[str, Any] = {"project_id": project_id, "trace_id": trace_id}
     found = store.query_rows(f"SELECT uniqExact(span_id) FROM spans WHERE {_WHERE}", params)
     total = int(found[0][0])
-    rows: list[Any] = []
+    picked: list[Any] = []
     limit = {"limit": page.per_page + 1}
-    select = f"SELECT {SPAN_COLUMNS} FROM spans WHERE {_WHERE}"
+    select = f"SELECT {_PICK} FROM spans WHERE {_WHERE}"
     order = f"{_ORDER} LIMIT 1 BY span_id"
     if cursor is not None:
         # Each span id's first copy, then the cursor: the cursor first let a later copy
         # of a span id listed before it (a sender's retry with another start) come again.
-        # The trace's spans are all read for that, by its key as the count reads them.
-        select = f"SELECT {SPAN_COLUMNS} FROM ({select} {order}) WHERE"
-        rows = store.query_rows(
-            _budgeted(f"{select} {_SPANS_AFTER} {_ORDER} LIMIT {{limit:UInt32}}"),
+        # The trace's spans are all read for that (their small columns), by its key as
+        # the count reads them.
+        select = f"SELECT * FROM ({select} {order}) WHERE"
+        picked = store.query_rows(
+            f"{select} {_SPANS_AFTER} {_ORDER} LIMIT {{limit:UInt32}}",
             {**params, **limit, "c_start": ch_time(cursor.start), "c_id": cursor.span_id},
         )
     elif not page.past_end(total):
-        rows = store.query_rows(
-            _budgeted(f"{select} {order} LIMIT {{limit:UInt32}} OFFSET {{offset:UInt64}}"),
+        picked = store.query_rows(
+            f"{select} {order} LIMIT {{limit:UInt32}} OFFSET {{offset:UInt64}}",
             {**params, **limit, "offset": page.offset},
         )
-    more = len(rows) > page.per_page
+    more = len(picked) > page.per_page
     # A page cut by its byte budget goes on by its cursor, as one cut by per_page does.
-    shown, cut = within_budget(rows[: page.per_page])
+    kept, cut = _within_budget(picked[: page.per_page])
+    shown = _fetch(store, params, kept)
     items = [span_node(row) for row in shown]
     for item in items:
         del item["children"]
@@ -125,18 +126,52 @@ def trace_spans(
 _ORDER = "ORDER BY start_timestamp, span_id"
 
 
-def _budgeted(select: str) -> str:
-    """``paging.budgeted`` for a read of SPAN_COLUMNS in the tree's order: a span's bulk
-    is its description and attributes (a transaction's are bounded by the 1 MiB event
-    cap, a span item's are not)."""
-    return paging.budgeted(
-        select,
-        SPAN_COLUMNS,
-        # The short columns too: ingest bounds them only since the thirty-first session
-        # (1 MB parent ids stored before made a 954 MiB page). Not span_id, the order's.
-        ("description", "attributes", "parent_span_id", "segment_id", "op", "status"),
-        _ORDER.removeprefix("ORDER BY "),
+# Spans are read in two steps. The first picks the page's spans (each span id's first
+# copy, the order, the count or cursor) from their small columns and each one's size; the
+# second reads the picked spans whole. Read in one step, ``LIMIT 1 BY`` kept the engine
+# from leaving the large columns until after the sort (as it does for the logs pages), so
+# a trace's every description and attributes were held through it, whatever the caps:
+# a trace of 30,000 spans named with 50 KB took the worker to 2.3 GB for a 32 MiB page,
+# 1.4 GB for a page of one span (API review, thirty-first session).
+# A span's size against the page's byte budget: its description and attributes, and the
+# short columns, which ingest bounds only since the thirty-first session (1 MB parent ids
+# stored before made a 954 MiB page).
+_SIZE = " + ".join(
+    f"length({column})"
+    for column in ("description", "attributes", "parent_span_id", "segment_id", "op", "status")
+)
+_PICK = f"span_id, start_timestamp, {_SIZE} AS _size"
+
+
+def _within_budget(picked: list[Any]) -> tuple[list[Any], bool]:
+    """The picked spans (``_PICK`` rows) before the first past the page's byte budget
+    (``paging.PAGE_BYTES``; the first span always), and whether any was left out."""
+    used = 0
+    for i, (_, _, size) in enumerate(picked):
+        used += size
+        if i and used > paging.PAGE_BYTES:
+            return picked[:i], True
+    return picked, False
+
+
+def _fetch(store: ClickHouse, params: dict[str, Any], picked: list[Any]) -> list[Any]:
+    """The picked spans' rows (``SPAN_COLUMNS``), in the picked order: each span id's
+    copy with the picked start, once."""
+    if not picked:
+        return []
+    rows = store.query_rows(
+        f"SELECT {SPAN_COLUMNS} FROM spans WHERE {_WHERE} AND span_id IN {{ids:Array(String)}} "
+        f"AND start_timestamp IN {{starts:Array(DateTime64(6, 'UTC'))}}",
+        {
+            **params,
+            "ids": [span_id for span_id, _, _ in picked],
+            "starts": sorted({ch_time(start) for _, start, _ in picked}),
+        },
     )
+    found: dict[tuple[str, Any], Any] = {}
+    for row in rows:
+        found.setdefault((row[0], row[_START]), row)
+    return [found[(span_id, start)] for span_id, start, _ in picked]
 
 
 # The spans after a cursor in the list's order, a plain range first for the table's key.
