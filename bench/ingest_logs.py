@@ -206,6 +206,12 @@ def main() -> None:
     parser.add_argument(
         "--batch-rows", type=int, default=Settings().writer_batch_rows, help="server default"
     )
+    parser.add_argument(
+        "--spread-days",
+        type=float,
+        default=0,
+        help="log timestamps spread over this many past days (0: all now)",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     data = tmp / "data"
@@ -215,7 +221,7 @@ def main() -> None:
         ERRORTRACK_WRITER_BATCH_ROWS=str(args.batch_rows),
         ERRORTRACK_LOG_LEVEL="WARNING",
     )
-    bodies = log_envelopes(400, LOGS_PER_ENVELOPE)
+    bodies = log_envelopes(400, LOGS_PER_ENVELOPE, args.spread_days)
     print(
         f"load before: {os.getloadavg()}; {len(bodies)} distinct envelopes of "
         f"{LOGS_PER_ENVELOPE} logs, {sum(map(len, bodies)) / len(bodies) / 1024:.1f} KiB each"

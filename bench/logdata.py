@@ -14,11 +14,13 @@ def _attr(value: Any, kind: str) -> dict[str, Any]:
     return {"value": value, "type": kind}
 
 
-def one_log(rng: random.Random, now: float) -> dict[str, Any]:
+def one_log(rng: random.Random, now: float, spread_days: float = 0) -> dict[str, Any]:
     level = rng.choice(LEVELS)
     user = rng.randrange(10_000)
     log: dict[str, Any] = {
-        "timestamp": now + rng.random(),
+        # Spread: logs of the last N days (an SDK's buffered or late logs, or a client
+        # sending old timestamps), one (day, retention) partition each in ClickHouse.
+        "timestamp": now + rng.random() - rng.random() * spread_days * 86_400,
         "level": level,
         "body": f"order {rng.randrange(10**6)} for user {user} took {rng.random() * 900:.1f} ms",
         "trace_id": f"{rng.getrandbits(128):032x}",
@@ -42,7 +44,7 @@ def one_log(rng: random.Random, now: float) -> dict[str, Any]:
     return log
 
 
-def envelope_logs(n: int, seed: int | None = None) -> list[dict[str, Any]]:
+def envelope_logs(n: int, seed: int | None = None, spread_days: float = 0) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     now = time.time()
-    return [one_log(rng, now) for _ in range(n)]
+    return [one_log(rng, now, spread_days) for _ in range(n)]

@@ -28,9 +28,12 @@ def in_child(fn: Callable[..., T], *args: Any) -> T:
         return pool.apply(fn, args)
 
 
-def log_envelopes(count: int, logs: int = 100) -> list[bytes]:
-    """``count`` distinct envelopes of ``logs`` realistic logs each (bench/logdata.py)."""
-    return [log_envelope(envelope_logs(logs, seed=i)) for i in range(count)]
+def log_envelopes(count: int, logs: int = 100, spread_days: float = 0) -> list[bytes]:
+    """``count`` distinct envelopes of ``logs`` realistic logs each (bench/logdata.py),
+    their timestamps spread over the last ``spread_days`` days."""
+    return [
+        log_envelope(envelope_logs(logs, seed=i, spread_days=spread_days)) for i in range(count)
+    ]
 
 
 def spooled_lines(bodies: list[bytes]) -> list[bytes]:
