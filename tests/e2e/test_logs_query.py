@@ -508,6 +508,26 @@ def test_numbered_pages_keep_tied_rows_in_id_order_across_merges(clickhouse, sor
 
 
 @pytest.mark.parametrize("sort", SORTS)
+def test_a_text_searchs_pages_picked_by_their_keys_are_the_same_pages(
+    clickhouse, sort, monkeypatch
+):
+    """Past PICK_FROM rows a text search's page is picked by its keys, then read whole
+    (``query._picked``); its pages, ties across parts included, are those of one read."""
+    from errortrack.logs import query
+
+    _tied_logs(clickhouse)
+    insert_logs(clickhouse, 7, [sdk_log(f"spread {i}", at=i) for i in range(-5, 5)])
+    f = LogFilter(sort=sort, text="-")  # the tied logs, and the spread ones before BASE
+    expected = [body for body in _reference(clickhouse, sort) if "-" in body]
+    for pick_from in (10**9, 0):
+        monkeypatch.setattr(query, "PICK_FROM", pick_from)
+        walked = []
+        for p in range(1, 18):
+            walked += _bodies(clickhouse, f, PageRequest(page=p, per_page=19))
+        assert walked == expected, pick_from
+
+
+@pytest.mark.parametrize("sort", SORTS)
 def test_a_cursor_walk_lists_every_log_once_in_order_across_merges(clickhouse, sort):
     _tied_logs(clickhouse)
     insert_logs(clickhouse, 7, [sdk_log(f"spread {i}", at=i) for i in range(-5, 5)])
