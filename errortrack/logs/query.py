@@ -248,7 +248,8 @@ def _time_page(
     if edge_tied:
         times = [row[_TIMESTAMP] for row in page]
         del rows, page  # let go of the first read's logs before the second read
-        return _cut(_tied_page(store, where, params, sort, times, offset), bool(after))
+        tied = _tied_page(store, where, params, sort, times, offset, _TEXT_READ if pick else None)
+        return _cut(tied, bool(after))
     return _cut(sorted(page, key=_time_and_id, reverse=newest_first), bool(after))
 
 
@@ -266,8 +267,10 @@ def _tied_page(
     sort: str,
     times: list[Any],
     offset: int,
+    settings: dict[str, Any] | None = None,
 ) -> list[Any]:
-    """A page whose first or last timestamp is shared with rows beyond it.
+    """A page whose first or last timestamp is shared with rows beyond it (``settings``:
+    those of the page's first read, for its counts too).
 
     Which rows hold the page's timestamps does not depend on how ties are ordered, so
     the page is those timestamps' rows (``timestamp IN`` is a set of primary-key points:
@@ -279,12 +282,13 @@ def _tied_page(
     if offset and first != last:
         # Every row at the first timestamp sorts before the page's later timestamps, so
         # those not on this page came before it.
-        skip = _count_where(store, f"{where} AND timestamp = {{first:{_TIME}}}", params, first)
+        at_first = f"{where} AND timestamp = {{first:{_TIME}}}"
+        skip = _count_where(store, at_first, params, first, settings)
         skip -= times.count(first)
     elif offset:
         beyond = ">" if sort == "-timestamp" else "<"
         before = f"{where} AND timestamp {beyond} {{first:{_TIME}}}"
-        skip = offset - _count_where(store, before, params, first)
+        skip = offset - _count_where(store, before, params, first, settings)
     select = (
         f"SELECT {COLUMNS} FROM logs WHERE {where} AND timestamp IN {{times:Array({_TIME})}} "
         f"ORDER BY {ORDER_BY[sort]} LIMIT {{limit:UInt32}} OFFSET {{skip:UInt64}}"
@@ -298,13 +302,22 @@ def _tied_page(
             # Never below 0, even if rows were deleted between the two queries.
             "skip": max(skip, 0),
         },
+        settings=settings,
     )
 
 
-def _count_where(store: ClickHouse, where: str, params: dict[str, Any], first: Any) -> int:
+def _count_where(
+    store: ClickHouse,
+    where: str,
+    params: dict[str, Any],
+    first: Any,
+    settings: dict[str, Any] | None = None,
+) -> int:
     return int(
         store.query_rows(
-            f"SELECT count() FROM logs WHERE {where}", {**params, "first": ch_time(first)}
+            f"SELECT count() FROM logs WHERE {where}",
+            {**params, "first": ch_time(first)},
+            settings=settings,
         )[0][0]
     )
 
