@@ -701,3 +701,71 @@ def test_a_span_id_stored_twice_is_walked_once(world):
     numbered = _get(world, "viewer", path, "per_page=5").json
     assert [s["span_id"] for s in numbered["items"]] == walked
     assert numbered["total_count"] == 2
+
+
+def test_the_copy_of_a_span_read_is_the_copy_the_budget_counted(world, monkeypatch):
+    """Copies of a span id with the same start but other sizes: the pick counted one and
+    the fetch read another, so pages went far past their byte budget (diff review,
+    thirty-first session). Fetched in chunks, with a span deleted between the two reads
+    left out instead of a 500."""
+    import orjson
+
+    from errortrack import paging
+    from errortrack.analytics.store import ClickHouse
+    from errortrack.traces import story
+    from errortrack.traces.rows import span_row
+
+    monkeypatch.setattr(paging, "PAGE_BYTES", 1000)
+    monkeypatch.setattr(story, "_FETCH_CHUNK", 3)
+    p = world.project_id
+
+    def spans(description: str) -> list[dict]:
+        rows = []
+        for i in range(20):
+            start = BASE.timestamp() + i
+            rows.append(
+                span_row(
+                    project_id=p,
+                    trace_id=T,
+                    span_id=f"{i:016x}",
+                    parent_span_id="",
+                    segment_id="",
+                    segment_name="",
+                    is_segment=False,
+                    op="db",
+                    description=description,
+                    start=start,
+                    end=start + 1,
+                    status="ok",
+                    received_at=start,
+                    attributes={},
+                    retention_days=3650,
+                )
+            )
+        return rows
+
+    for description in ("x" * 500, "y"):  # the large copies first, in parts of their own
+        world.state.clickhouse.client().raw_insert(
+            "spans",
+            insert_block=b"\n".join(orjson.dumps(r) for r in spans(description)),
+            fmt="JSONEachRow",
+        )
+    path = f"/api/projects/{p}/traces/{T}/spans"
+    body = _get(world, "viewer", path, "per_page=100").json
+    assert [item["description"] for item in body["items"]] == ["y"] * 20
+    story_spans = _get(world, "viewer", f"/api/projects/{p}/traces/{T}").json["spans"]
+    assert {span["description"] for span in story_spans} == {"y"}
+    # A span deleted between the pick and the fetch is left out.
+    real = ClickHouse.query_rows
+
+    def deleting(self, sql, parameters=None, settings=None):
+        if sql.startswith(f"SELECT {story.SPAN_COLUMNS}, "):
+            world.state.clickhouse.command(
+                f"DELETE FROM spans WHERE project_id = {p} AND span_id = '0000000000000001'"
+            )
+        return real(self, sql, parameters, settings)
+
+    monkeypatch.setattr(ClickHouse, "query_rows", deleting)
+    body = _get(world, "viewer", path, "per_page=100").json
+    assert len(body["items"]) == 19
+    assert "0000000000000001" not in {item["span_id"] for item in body["items"]}
