@@ -192,7 +192,7 @@ class _IngestResource:
         # for the whole request: the entry may expire while the body uploads, and a
         # second lookup then would be a second query.
         info = None if key is None else await self._authorize(project_id, key)
-        charge = body.Charge(self.budget, req.stream)
+        charge = body.Charge(self.budget, req.stream, self.max_body_bytes)
         try:
             data = await self._whole_body(req, charge)
             charge.take(len(data))

@@ -433,18 +433,27 @@ class BodyBudget:
 
 class Charge:
     """One request's share of the ``BodyBudget``: its body stream, charged per chunk read
-    (what the readers keep of it is at most what they read), and its decompressed body."""
+    up to ``wire_cap`` (what the readers keep of it is at most that), and its decompressed
+    body."""
 
-    __slots__ = ("budget", "mine", "stream")
+    __slots__ = ("budget", "mine", "read_bytes", "stream", "wire_cap")
 
-    def __init__(self, budget: BodyBudget, stream: AsyncReadable) -> None:
+    def __init__(self, budget: BodyBudget, stream: AsyncReadable, wire_cap: int) -> None:
         self.budget = budget
         self.stream = stream
         self.mine = 0
+        self.read_bytes = 0
+        # No reader holds more of the wire than this (``ERRORTRACK_MAX_BODY_BYTES``): an
+        # envelope over it is skimmed, its attachments passed through, not kept. Charged
+        # in full, four 60 MiB minidump uploads holding 0.5 MiB took 240 MiB of the
+        # budget, and a log envelope beside them was a 503 (diff review).
+        self.wire_cap = wire_cap
 
     async def read(self, size: int | None = None, /) -> bytes:
         chunk = await self.stream.read(size)
-        self.take(len(chunk))
+        held_before = min(self.read_bytes, self.wire_cap)
+        self.read_bytes += len(chunk)
+        self.take(min(self.read_bytes, self.wire_cap) - held_before)
         return chunk
 
     def take(self, size: int) -> None:
