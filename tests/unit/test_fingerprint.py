@@ -352,10 +352,21 @@ def test_tags_sent_as_a_list_are_walked_once_for_every_tag_variable():
     assert expand(["{{tags.n999}}"], {"tags": tags}) == ["custom", "v"]
 
 
-def test_only_a_messages_first_8192_characters_are_normalised():
+def test_only_a_messages_first_64k_characters_are_normalised():
     from errortrack.issues.fingerprint import MESSAGE_MAX, normalise_message
 
     huge = "1 " * 500_000
     assert normalise_message(huge) == " ".join(["<num>"] * (MESSAGE_MAX // 2))
     head = "x" * MESSAGE_MAX
     assert normalise_message(head + " 123") == normalise_message(head + " 456") == head
+
+
+def test_a_10_kb_message_with_ids_of_other_widths_is_one_issue():
+    """The cut at 8,192 raw characters moved with an id's width early in the message, and
+    one ~10 KB exception value became one issue per width (diff review)."""
+    value = "query failed: " + "SELECT col FROM t WHERE x = ? AND " * 300
+    found = {
+        fingerprint({"exception": {"values": [{"type": "E", "value": f"order {n} {value}"}]}})
+        for n in (5, 42, 777, 1234)
+    }
+    assert len(found) == 1
