@@ -754,3 +754,22 @@ def test_the_trace_view_says_when_the_budget_left_logs_out(clickhouse, monkeypat
     assert len(logs) == 2 and cut is True
     monkeypatch.undo()
     assert trace_logs(clickhouse, 7, T1, 10)[1] is False
+
+
+def test_on_a_cluster_the_pick_is_a_global_in_which_reads_the_same(clickhouse, monkeypatch):
+    """On a cluster ``logs`` is a Distributed table, where a plain IN subquery is refused
+    (distributed_product_mode) or picks per shard (diff review): the pick is a GLOBAL IN
+    there, and it reads the same rows (here, on one node)."""
+    from errortrack.logs import query
+
+    assert "GLOBAL IN" in query._picked("x", "timestamp", True, cluster=True)
+    assert "GLOBAL IN" not in query._picked("x", "timestamp", True)
+    _tied_logs(clickhouse)
+    monkeypatch.setattr(query, "PICK_FROM", 0)
+    f = LogFilter(sort="-severity", text="-")
+    expected = [body for body in _reference(clickhouse, "-severity") if "-" in body]
+    monkeypatch.setattr(clickhouse, "cluster", "any")  # what _page reads of it
+    walked = []
+    for p in range(1, 18):
+        walked += _bodies(clickhouse, f, PageRequest(page=p, per_page=19))
+    assert walked == expected
