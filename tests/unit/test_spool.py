@@ -488,12 +488,22 @@ def test_segment_seals_at_batch_bytes_whatever_its_rows(tmp_path):
     assert [data.count(b"\n") for _, data in inserted] == [3, 3, 1]
 
 
+def _sealed_soon(spool: Spool) -> list[Path]:
+    """The sealed segments once there are any. A full segment is sealed by the syncer
+    thread just after the sync that answered its last append, so the append can return
+    first (a CI run of the thirty-first session saw none yet)."""
+    deadline = time.monotonic() + 5
+    while not spool.sealed() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return spool.sealed()
+
+
 def test_deleting_an_inserted_segment_does_not_hold_up_appends(tmp_path, monkeypatch):
     """Deleting a big segment takes milliseconds; requests appended meanwhile are written
     and synced (their 200s sent) without waiting for it."""
     spool = _spool(tmp_path, batch_rows=1)
     spool.append({"logs": b'{"i":0}\n'}, 1)  # a full segment: sealed
-    [inserted] = spool.sealed()
+    [inserted] = _sealed_soon(spool)
     entered, release = threading.Event(), threading.Event()
     unlink = Path.unlink
 
@@ -515,7 +525,7 @@ def test_deleting_an_inserted_segment_does_not_hold_up_appends(tmp_path, monkeyp
     deleting.join(5)
     appending.join(5)
     assert appended_meanwhile
-    [later] = spool.sealed()
+    [later] = _sealed_soon(spool)
     assert later != inserted and not inserted.exists()
     assert records.decode(later.read_bytes())[0] == {"logs": b'{"i":1}\n'}
     assert spool.size == later.stat().st_size
