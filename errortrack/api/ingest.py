@@ -132,10 +132,10 @@ class _IngestResource:
         max_body_bytes: int,
         max_envelope_bytes: int = 0,
         *,
-        budget: body.BodyBudget | None = None,
+        budget: body.BodyBudget,
     ) -> None:
         self.ingest = ingest
-        self.budget = budget or body.BodyBudget(2**62)
+        self.budget = budget
         self.max_body_bytes = max_body_bytes
         # ERRORTRACK_MAX_ENVELOPE_BYTES, with the payloads of items not stored (skim.py,
         # whose read_envelope takes max_body_bytes when this is smaller).
