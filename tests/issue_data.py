@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from errortrack import db
+from errortrack.analytics import ClickHouse
 from errortrack.ingest.items import ItemContext
 from errortrack.issues.events import event_row
 from errortrack.models import Issue
@@ -106,6 +107,36 @@ def add_span(
     _insert(state, "spans", [row])
 
 
-def _insert(state: AppState, table: str, rows: list[dict[str, Any]]) -> None:
+def plain_span(
+    project_id: int, trace_id: str, i: int, *, start: float, description: str = "q"
+) -> dict[str, Any]:
+    """Span ``i`` of a trace (its id ``i`` in 16 hex digits) as ``span_row`` makes it: a
+    one-second db span without parent or segment, for tests that store many."""
+    return span_row(
+        project_id=project_id,
+        trace_id=trace_id,
+        span_id=f"{i:016x}",
+        parent_span_id="",
+        segment_id="",
+        segment_name="",
+        is_segment=False,
+        op="db",
+        description=description,
+        start=start,
+        end=start + 1,
+        status="ok",
+        received_at=start,
+        attributes={},
+        retention_days=3650,
+    )
+
+
+def insert_rows(store: ClickHouse, table: str, rows: list[dict[str, Any]]) -> None:
+    """Rows straight into a table, as the writer inserts them (JSONEachRow), past any
+    check of ingest's: rows as an earlier version, or another sender, stored them."""
     block = b"\n".join(orjson.dumps(row) for row in rows)
-    state.clickhouse.client().raw_insert(table, insert_block=block, fmt="JSONEachRow")
+    store.client().raw_insert(table, insert_block=block, fmt="JSONEachRow")
+
+
+def _insert(state: AppState, table: str, rows: list[dict[str, Any]]) -> None:
+    insert_rows(state.clickhouse, table, rows)

@@ -45,10 +45,10 @@ def _typed(value: Any) -> dict[str, Any]:
     return {"value": value, "type": kind}
 
 
-def insert_logs(
-    store: ClickHouse, project_id: int, logs: list[dict[str, Any]], *, received: dt.datetime = BASE
+def log_rows(
+    project_id: int, logs: list[dict[str, Any]], *, received: dt.datetime = BASE
 ) -> list[dict[str, Any]]:
-    """Insert through ingest's row builder; returns the rows (with their ids).
+    """The logs table's rows ingest's row builder makes of ``logs``, each with an id.
 
     Ingest leaves ids to the column's default (clickhouse/0010); here each row gets
     one first, so that tests know which id to expect."""
@@ -58,6 +58,14 @@ def insert_logs(
     rows = [orjson.loads(line) for line in encoded.splitlines()]
     for row in rows:
         row["id"] = str(uuid.uuid4())
+    return rows
+
+
+def insert_logs(
+    store: ClickHouse, project_id: int, logs: list[dict[str, Any]], *, received: dt.datetime = BASE
+) -> list[dict[str, Any]]:
+    """Insert through ingest's row builder; returns the rows (with their ids)."""
+    rows = log_rows(project_id, logs, received=received)
     block = b"\n".join(orjson.dumps(row) for row in rows)
     store.client().raw_insert("logs", insert_block=block, fmt="JSONEachRow")
     return rows

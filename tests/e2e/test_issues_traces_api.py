@@ -10,8 +10,8 @@ from clickhouse_connect.driver.exceptions import OperationalError
 from errortrack.api.schemas.issues import EventSummaryOut, IssueOut
 from errortrack.api.schemas.traces import TraceOut
 from tests.access_world import build_world
-from tests.issue_data import add_event, add_issue, add_span
-from tests.logs_data import BASE, insert_logs, sdk_log
+from tests.issue_data import add_event, add_issue, add_span, insert_rows, plain_span
+from tests.logs_data import BASE, insert_logs, log_rows, sdk_log
 
 T = "ab" * 16
 
@@ -637,48 +637,22 @@ def test_long_short_columns_stored_before_their_bound_count_against_the_budget(w
     """Rows stored before ingest bounded a log's ids and a span's parent id (thirty-first
     session) still come in pages within the byte budget: 1 MB span ids made a 954 MiB
     page of logs that took the worker to 3.8 GB (API review)."""
-    import orjson
-
     from errortrack import paging
-    from errortrack.traces.rows import span_row
 
     monkeypatch.setattr(paging, "PAGE_BYTES", 200)
     p, long_id = world.project_id, "ab" * 75  # 150 characters each, over 64
     logs = [sdk_log("x", at=i, trace_id=T, span_id="1" * 16) for i in range(4)]
-    rows = insert_logs(world.state.clickhouse, p, logs)
-    world.state.clickhouse.command(f"DELETE FROM logs WHERE project_id = {p}")
-    for row in rows:
-        row["span_id"] = long_id  # as a sender could store it then
-    world.state.clickhouse.client().raw_insert(
-        "logs", insert_block=b"\n".join(orjson.dumps(r) for r in rows), fmt="JSONEachRow"
-    )
+    # As a sender could store them then.
+    rows = [{**row, "span_id": long_id} for row in log_rows(p, logs)]
+    insert_rows(world.state.clickhouse, "logs", rows)
     page = _get(world, "viewer", f"/api/projects/{p}/logs", "per_page=100").json
     assert page["total_count"] == 4 and len(page["items"]) == 1 and page["next_cursor"]
     assert page["items"][0]["span_id"] == long_id
-    spans = []
-    for i in range(4):
-        start = BASE.timestamp() + i
-        row = span_row(
-            project_id=p,
-            trace_id=T,
-            span_id=f"{i:016x}",
-            parent_span_id="",
-            segment_id="",
-            segment_name="",
-            is_segment=False,
-            op="db",
-            description="q",
-            start=start,
-            end=start + 1,
-            status="ok",
-            received_at=start,
-            attributes={},
-            retention_days=3650,
-        )
-        spans.append({**row, "parent_span_id": long_id})
-    world.state.clickhouse.client().raw_insert(
-        "spans", insert_block=b"\n".join(orjson.dumps(r) for r in spans), fmt="JSONEachRow"
-    )
+    spans = [
+        {**plain_span(p, T, i, start=BASE.timestamp() + i), "parent_span_id": long_id}
+        for i in range(4)
+    ]
+    insert_rows(world.state.clickhouse, "spans", spans)
     body = _get(world, "viewer", f"/api/projects/{p}/traces/{T}/spans", "per_page=100").json
     assert body["total_count"] == 4 and 1 <= len(body["items"]) < 4 and body["next_cursor"]
 
@@ -708,48 +682,20 @@ def test_the_copy_of_a_span_read_is_the_copy_the_budget_counted(world, monkeypat
     the fetch read another, so pages went far past their byte budget (diff review,
     thirty-first session). Fetched in chunks, with a span deleted between the two reads
     left out instead of a 500."""
-    import orjson
-
     from errortrack import paging
     from errortrack.analytics.store import ClickHouse
     from errortrack.traces import story
-    from errortrack.traces.rows import span_row
 
     monkeypatch.setattr(paging, "PAGE_BYTES", 1000)
     monkeypatch.setattr(story, "_FETCH_CHUNK", 3)
     p = world.project_id
 
-    def spans(description: str) -> list[dict]:
-        rows = []
-        for i in range(20):
-            start = BASE.timestamp() + i
-            rows.append(
-                span_row(
-                    project_id=p,
-                    trace_id=T,
-                    span_id=f"{i:016x}",
-                    parent_span_id="",
-                    segment_id="",
-                    segment_name="",
-                    is_segment=False,
-                    op="db",
-                    description=description,
-                    start=start,
-                    end=start + 1,
-                    status="ok",
-                    received_at=start,
-                    attributes={},
-                    retention_days=3650,
-                )
-            )
-        return rows
-
     for description in ("x" * 500, "y"):  # the large copies first, in parts of their own
-        world.state.clickhouse.client().raw_insert(
-            "spans",
-            insert_block=b"\n".join(orjson.dumps(r) for r in spans(description)),
-            fmt="JSONEachRow",
-        )
+        spans = [
+            plain_span(p, T, i, start=BASE.timestamp() + i, description=description)
+            for i in range(20)
+        ]
+        insert_rows(world.state.clickhouse, "spans", spans)
     path = f"/api/projects/{p}/traces/{T}/spans"
     body = _get(world, "viewer", path, "per_page=100").json
     assert [item["description"] for item in body["items"]] == ["y"] * 20

@@ -9,7 +9,6 @@ import threading
 import time
 
 import falcon.testing
-import orjson
 import pytest
 import sqlalchemy as sa
 
@@ -18,6 +17,7 @@ from errortrack.config import Settings, SettingsError
 from errortrack.server import create_server_app
 from errortrack.state import AppState
 from tests.access_world import build_world
+from tests.issue_data import insert_rows, plain_span
 from tests.support import TEST_PG
 
 # A query that never ends by itself: a bounded store must stop it.
@@ -257,36 +257,23 @@ def test_a_trace_of_large_spans_is_read_within_the_memory_bound(state):
     LIMIT 1 BY held every span's description through its sort, whatever the caps (a trace
     of 30,000 spans of 50 KB took the worker to 2.3 GB for a page of one span; API review,
     thirty-first session). Under a 100 MiB bound both answer for 150 MB of spans."""
-    from errortrack.traces.rows import span_row
-
     client, capped = _served(state, 30, memory=100 * 2**20)
     world = build_world(capped, client)
     trace = "cd" * 16
     try:
         start = time.time() - 60
         rows = [
-            span_row(
-                project_id=world.project_id,
-                trace_id=trace,
-                span_id=f"{i:016x}",
-                parent_span_id="",
-                segment_id="",
-                segment_name="",
-                is_segment=False,
-                op="db",
-                description=f"{i:05d}" + "q" * 50_000,
+            plain_span(
+                world.project_id,
+                trace,
+                i,
                 start=start + i / 1000,
-                end=start + 1,
-                status="ok",
-                received_at=start,
-                attributes={},
-                retention_days=3650,
+                description=f"{i:05d}" + "q" * 50_000,
             )
             for i in range(3_000)
         ]
         for i in range(0, len(rows), 500):
-            block = b"\n".join(orjson.dumps(row) for row in rows[i : i + 500])
-            state.clickhouse.client().raw_insert("spans", insert_block=block, fmt="JSONEachRow")
+            insert_rows(state.clickhouse, "spans", rows[i : i + 500])
         path = f"/api/projects/{world.project_id}/traces/{trace}"
         one = world.call("viewer", "GET", f"{path}/spans?per_page=1&page=2000")
         assert one.status_code == 200, one.text

@@ -188,14 +188,16 @@ def _tx_with(root=None, child=None):
     ],
 )
 def test_a_trace_or_span_id_longer_than_the_limit_is_refused(make, field):
-    def handle(value):
-        kind, item = make(value)
-        handler = handle_transaction if kind == "tx" else handle_span
-        return handler(orjson.dumps(item), {"type": kind}, ctx()).spans
-
-    assert handle("a" * MAX_ID)  # at the limit: taken, as before
+    assert _spans_of(make, "a" * MAX_ID)  # at the limit: taken, as before
     with pytest.raises(BadRequest, match=f"^{field} is longer than {MAX_ID} characters$"):
-        handle("a" * LONG)
+        _spans_of(make, "a" * LONG)
+
+
+def _spans_of(make, value):
+    """The span rows of the item ``make(value)`` makes: ("tx" or "span", its payload)."""
+    kind, item = make(value)
+    handler = handle_transaction if kind == "tx" else handle_span
+    return handler(orjson.dumps(item), {"type": kind}, ctx()).spans
 
 
 def _single_span(data):
@@ -288,15 +290,9 @@ def test_a_spans_short_columns_longer_than_their_limit_are_refused(make, field, 
     """1,001 spans of 1 MB parent ids made a 954 MiB page of the trace's spans and took
     the worker to 4.8 GB (API review, thirty-first session): the page's budget counted the
     description and attributes only, and nothing bounded these."""
-
-    def handle(value):
-        kind, item = make(value)
-        handler = handle_transaction if kind == "tx" else handle_span
-        return handler(orjson.dumps(item), {"type": kind}, ctx()).spans
-
-    assert handle("a" * limit)  # at the limit: taken, as before
+    assert _spans_of(make, "a" * limit)  # at the limit: taken, as before
     with pytest.raises(BadRequest, match=f"^span [0-9a-f]+: {field} is longer than {limit} "):
-        handle("a" * (limit + 1))
+        _spans_of(make, "a" * (limit + 1))
 
 
 def test_a_transaction_of_more_spans_than_the_cap_is_413_before_any_row_is_made(monkeypatch):
