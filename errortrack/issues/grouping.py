@@ -10,7 +10,9 @@ the hook
    with it and the part is a replay; when none was (the hook refused the larger range),
    they are new;
 2. resolves each (project, fingerprint) to an issue id: from an in-memory cache, else
-   by one SELECT per project, creating the issues that do not exist yet;
+   by one SELECT per project, creating the issues that do not exist yet (not on a
+   replay: its issues were created when it was first taken, so one missing now was
+   deleted since, and its rows are dropped with it);
 3. drops events already stored (an SDK resending an event it saw fail, or a segment
    replayed after its insert): one ClickHouse query per batch by (project, issue,
    event_id), plus repeats within the batch;
@@ -133,13 +135,16 @@ class GroupingHook:
             # A replay is rare: check every id against the database, not the cache.
             for key in groups:
                 self.forget(key)
-        ids, created = self._resolve(session, groups)
+        # A replay creates no issue: its rows were counted, when first taken, into issues
+        # that existed then; one missing now was deleted since, and its rows go with it.
+        # Made again, it would count rows that may be in ClickHouse already, under the
+        # deleted id, whose insert token then drops them again: an issue with a count and
+        # no events (review, thirty-second session).
+        ids = self._resolve(session, groups, create=first_time)
         stored = self._stored(rows, ids)
         if stored:
             groups = _groups([r for r in rows if (ids.get(_key(r)), r["event_id"]) not in stored])
-        # A replay counts only into issues created now (the old ones were deleted).
-        counted = ids if first_time else {k: ids[k] for k in created}
-        counted = {k: i for k, i in counted.items() if k in groups}
+        counted = {k: i for k, i in ids.items() if first_time and k in groups}
         gone = store.add_counts(session, {k: (i, groups[k]) for k, i in counted.items()}, now=now)
         if gone:
             # Cached issues deleted since: create them again and count into those.
@@ -147,7 +152,7 @@ class GroupingHook:
                 self.forget(key)
                 del ids[key]
             stale = {k: groups[k] for k in gone}
-            again, _ = self._resolve(session, stale)
+            again = self._resolve(session, stale, create=True)
             store.add_counts(session, {k: (i, stale[k]) for k, i in again.items()}, now=now)
             ids.update(again)
         return ids, stored
@@ -179,25 +184,24 @@ class GroupingHook:
         return stored
 
     def _resolve(
-        self, session: Session, groups: dict[Key, Group]
-    ) -> tuple[dict[Key, int], set[Key]]:
-        """Issue ids for the groups (projects that no longer exist are left out), and the
-        keys whose issues were created now."""
+        self, session: Session, groups: dict[Key, Group], *, create: bool
+    ) -> dict[Key, int]:
+        """Issue ids for the groups; with ``create``, the missing issues are created
+        (projects that no longer exist are left out), without, their groups are."""
         ids = {k: self._cache[k] for k in groups if k in self._cache}
         missing = [k for k in groups if k not in ids]
         if not missing:
-            return ids, set()
+            return ids
         found = store.find_issues(session, missing)
         ids.update(found)
         new = {k: groups[k] for k in missing if k not in found}
-        if not new:
-            return ids, set()
+        if not new or not create:
+            return ids
         alive = store.existing_projects(session, (p for p, _ in new))
         new = {k: g for k, g in new.items() if k[0] in alive}
         store.create_issues(session, new)
-        created = store.find_issues(session, new)
-        ids.update(created)
-        return ids, set(created)
+        ids.update(store.find_issues(session, new))
+        return ids
 
     def _remember(self, ids: dict[Key, int]) -> None:
         if len(self._cache) + len(ids) > self.cache_size:

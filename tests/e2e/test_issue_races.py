@@ -162,3 +162,73 @@ def test_a_token_revoked_while_its_request_runs_is_neither_an_error_nor_revived(
     assert left == []
     again = world.client.simulate_get("/api/projects", headers={"Authorization": f"Bearer {token}"})
     assert again.status_code == 401, again.text
+
+
+def _spool_events(world, pid: int, events: list[dict]) -> None:
+    """``send_events`` without the drain: the events wait in the spool."""
+    writer = world.state.ingest.writer
+    drain, writer.drain = writer.drain, lambda: None
+    try:
+        send_events(world, pid, events)
+    finally:
+        writer.drain = drain
+
+
+def test_a_segment_resent_after_its_issue_was_deleted_brings_no_issue_back(ingest_world):
+    """The events went into ClickHouse but the writer did not hear so (a lost answer) and
+    kept the segment; the issue was deleted before the retry. The retry, a replay of a
+    counted batch, made the issue again with the old count, while ClickHouse dropped its
+    rows by their token: an issue counting 3 events and listing none, whose count the
+    next event of the error then carried on (review, thirty-second session)."""
+    world = ingest_world
+    pid = world.project_id
+    _spool_events(world, pid, [_event("stock sync failed", time.time()) for _ in range(3)])
+    writer = world.state.ingest.writer
+    insert = writer.insert
+    lost: list[str] = []
+
+    def answer_lost(table: str, data: bytes, token: str) -> None:
+        insert(table, data, token)
+        if table == "events" and not lost:
+            lost.append(token)
+            raise ConnectionError("the answer was lost")
+
+    writer.insert = answer_lost
+    try:
+        writer.drain()
+    except ConnectionError:
+        pass
+    finally:
+        writer.insert = insert
+    assert lost
+    (issue,) = world.call("viewer", "GET", f"/api/projects/{pid}/issues").json["items"]
+    assert issue["count"] == 3
+    gone = world.call("editor", "DELETE", f"/api/projects/{pid}/issues/{issue['id']}")
+    assert gone.status_code == 204, gone.text
+    writer.drain()  # the retry
+    assert world.call("viewer", "GET", f"/api/projects/{pid}/issues").json["items"] == []
+    # The error happens again: a new issue, counting only what it lists.
+    send_events(world, pid, [_event("stock sync failed", time.time())])
+    (again,) = world.call("viewer", "GET", f"/api/projects/{pid}/issues").json["items"]
+    listed = world.call("viewer", "GET", f"/api/projects/{pid}/issues/{again['id']}/events")
+    assert again["count"] == len(listed.json["items"]) == 1
+
+
+def test_a_segment_replayed_after_a_crash_and_its_issue_deleted_brings_no_issue_back(
+    ingest_world,
+):
+    """The same after a crash between a segment's insert and its deletion: the replay
+    at the next start found the issue gone."""
+    world = ingest_world
+    pid = world.project_id
+    _spool_events(world, pid, [_event("invoice render failed", time.time()) for _ in range(2)])
+    writer = world.state.ingest.writer
+    writer.spool.seal()
+    path = writer.spool.next_sealed(0)
+    assert path is not None and writer.write_segment(path)  # in; "crash" before done()
+    (issue,) = world.call("viewer", "GET", f"/api/projects/{pid}/issues").json["items"]
+    gone = world.call("editor", "DELETE", f"/api/projects/{pid}/issues/{issue['id']}")
+    assert gone.status_code == 204, gone.text
+    writer.drain()  # the replay
+    assert world.call("viewer", "GET", f"/api/projects/{pid}/issues").json["items"] == []
+    assert _project_events(world) == []
