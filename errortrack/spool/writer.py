@@ -182,6 +182,8 @@ class Writer:
         self.failures = 0  # consecutive failed attempts; exposed for tests and logs
         self.quarantined = 0  # rows this writer moved to the quarantine
         self._streak = ("", 0)  # a batch token and its consecutive data errors
+        # The tables of a kept segment whose insert went in (step's retries skip them).
+        self._went_in: dict[str, set[str]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -247,10 +249,11 @@ class Writer:
         path = self.spool.next_sealed(wait)
         if path is None:
             return False
-        if self.write_segment(path):
+        if self.write_segment(path, self._went_in.setdefault(path.name, set())):
             self.spool.done(path)
         else:
             self.spool.keep_damaged(path)
+        self._went_in.pop(path.name, None)
         self.failures = 0
         return True
 
@@ -260,19 +263,28 @@ class Writer:
         while self.step():
             pass
 
-    def write_segment(self, path: Path) -> bool:
+    def write_segment(self, path: Path, went_in: set[str] | None = None) -> bool:
         """Insert the segment's intact records. False when it holds more than a torn tail
-        after them (``_whole_or_torn``): ``step`` keeps it in damaged/, not deletes it."""
+        after them (``_whole_or_torn``): ``step`` keeps it in damaged/, not deletes it.
+        ``went_in``: the tables inserted on earlier tries, skipped, and added to."""
         segment = path.read_bytes()
         tables, intact = records.decode(segment)
+        # A table that went in on an earlier try of this segment is not sent again: its
+        # token would drop it, but not once its partition was dropped (a cleanup, the
+        # retention pass or the disk cap: ClickHouse forgets the tokens of the parts it
+        # drops), and the rows those removed came back with the retry (review,
+        # thirty-second session). Kept in memory (``step``'s): after a crash the tokens
+        # are all there is.
+        went_in = set() if went_in is None else went_in
         for table in WRITE_ORDER:
             data = tables.get(table)
-            if not data:
+            if not data or table in went_in:
                 continue
             if self.spool.bisecting(path, table):
                 self._bisect(path, table, data)  # a replay: resume as the marker says
             else:
                 self._write_table(path, table, data)
+            went_in.add(table)
         return intact == len(segment) or self._whole_or_torn(path, segment, intact)
 
     def _whole_or_torn(self, path: Path, segment: bytes, intact: int) -> bool:
