@@ -7,9 +7,13 @@ import time
 
 import falcon.testing
 import pytest
+import sqlalchemy as sa
 
 from errortrack.app import create_app
+from errortrack.auth import login as login_module
+from errortrack.auth.passwords import hash_password
 from errortrack.auth.sessions import LIFETIME
+from errortrack.models import LoginSession, User
 from errortrack.state import AppState
 from tests.access_world import PASSWORD, build_world
 
@@ -468,3 +472,34 @@ def _change_raw(world, cookie, csrf, body):
     return world.client.simulate_post(
         "/api/me/password", json=body, cookies={COOKIE: cookie}, headers={"X-CSRF-Token": csrf}
     )
+
+
+@pytest.mark.parametrize("meanwhile", ["password changed", "user removed"])
+def test_a_login_whose_user_changes_during_its_password_check_starts_no_session(
+    world, monkeypatch, meanwhile
+):
+    """The check takes 0.2-0.4 s after the hash was read. A password change committed
+    in that time (it ends every session of the user) came before the login's session,
+    which then lived 14 days on the old password; a removal made the insert a 500
+    (security review, thirty-second session). Either is now a 401 and no session."""
+    user_id = world.add_user(email="racer@example.com")
+    real = login_module.verify_password
+
+    def then_the_change_commits(password_hash: str, password: str) -> bool:
+        ok = real(password_hash, password)
+        with world.state.engine.begin() as other:
+            if meanwhile == "user removed":
+                other.execute(sa.delete(User).where(User.id == user_id))
+            else:
+                new = hash_password("another passphrase")
+                other.execute(sa.update(User).where(User.id == user_id).values(password_hash=new))
+        return ok
+
+    monkeypatch.setattr(login_module, "verify_password", then_the_change_commits)
+    resp = _login(world.client, "racer@example.com")
+    assert resp.status_code == 401, resp.text
+    assert resp.json["error"]["code"] == "unauthorized"
+    assert COOKIE not in resp.cookies
+    with world.state.engine.connect() as conn:
+        left = conn.execute(sa.select(LoginSession).where(LoginSession.user_id == user_id)).all()
+    assert left == []
