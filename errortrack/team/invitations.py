@@ -111,7 +111,18 @@ def revoke_all_pending(session: Session, *, now: dt.datetime) -> None:
 
 
 def revoke_invitation(session: Session, *, invitation_id: int, now: dt.datetime) -> None:
-    invitation = session.get(Invitation, invitation_id)
+    # Locked first (as ``find_usable(lock=True)`` does for an accept), then read as it is
+    # now: an accept holds the row's lock while it hashes the password, and a revoke that
+    # read the row before then answered 204 over the account just made, its row both
+    # accepted and revoked (security review, thirty-second session). Now it waits for
+    # the accept and answers 410.
+    session.execute(
+        sa.update(Invitation)
+        .where(Invitation.id == invitation_id)
+        .values(token=Invitation.token)
+        .execution_options(synchronize_session=False)
+    )
+    invitation = session.get(Invitation, invitation_id, populate_existing=True)
     if invitation is None:
         raise NotFound("invitation not found")
     _check_usable(invitation, now)

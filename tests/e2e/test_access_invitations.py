@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 
 import pytest
+import sqlalchemy as sa
 
+from errortrack import db
+from errortrack.errors import Gone
+from errortrack.models import Invitation
+from errortrack.team import invitations
 from tests.access_world import PASSWORD, build_world
 
 
@@ -241,7 +248,6 @@ def test_accepting_two_invitations_of_one_email_at_once_is_one_account_and_a_409
     import datetime as dt
     import secrets
 
-    from errortrack.models import Invitation
     from errortrack.team.invitations import accept_invitation
 
     # Two pending invitations for one email, as creation could leave them before it was
@@ -327,3 +333,47 @@ def test_a_member_changing_role_or_leaving_revokes_no_invitation(world):
         world.call("primary", "DELETE", f"/api/team/{world.users['outsider']}").status_code == 204
     )
     assert [p["id"] for p in world.call("primary", "GET", "/api/invitations").json] == [inv["id"]]
+
+
+def test_a_revoke_during_an_accept_waits_for_it_and_is_410(world, monkeypatch):
+    """The accept holds the invitation's lock while it hashes the password. A revoke
+    that read the row meanwhile answered 204 "revoked" over the account being made, and
+    the row ended both accepted and revoked (security review, thirty-second session)."""
+    inv = _invite(world, "late@example.com", "admin")
+    revoked: list = []
+
+    def revoke() -> None:
+        # The API's own service in this thread: the test client's loop runs the accept.
+        try:
+            with db.unit_of_work(world.factory) as session:
+                invitations.revoke_invitation(
+                    session, invitation_id=inv["id"], now=world.state.clock()
+                )
+            revoked.append(204)
+        except Gone:
+            revoked.append(410)
+
+    real = invitations.hash_password
+
+    def while_hashing(password: str) -> str:
+        other = threading.Thread(target=revoke)
+        other.start()
+        other.join(0.5)  # the revoke reads the row and waits for the accept's lock
+        return real(password)
+
+    monkeypatch.setattr(invitations, "hash_password", while_hashing)
+    accepted = _accept(world, inv["token"])
+    deadline = time.monotonic() + 30
+    while not revoked and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert accepted.status_code == 201, accepted.text
+    assert revoked == [410]
+    team = {u["email"]: u["role"] for u in world.call("primary", "GET", "/api/team").json}
+    assert team["late@example.com"] == "admin"
+    with world.state.engine.connect() as conn:
+        row = conn.execute(
+            sa.select(Invitation.accepted_at, Invitation.revoked_at).where(
+                Invitation.id == inv["id"]
+            )
+        ).one()
+    assert row.accepted_at is not None and row.revoked_at is None
