@@ -125,7 +125,7 @@ class Members:
     def on_put(self, req: falcon.Request, resp: falcon.Response, project_id: int) -> None:
         require_project(session(req), principal(req), project_id, "admin")
         body = load(req, MemberPutIn)
-        member = members.put_member(session(req), project_id=project_id, **body)
+        member = members.put_member(session(req), principal(req), project_id=project_id, **body)
         resp.media = MemberOut().dump(member)
 
 
@@ -142,7 +142,7 @@ class Member:
         require_project(session(req), principal(req), project_id, "admin")
         body = load(req, MemberRoleIn)
         member = members.change_member(
-            session(req), project_id=project_id, user_id=user_id, role=body["role"]
+            session(req), principal(req), project_id=project_id, user_id=user_id, role=body["role"]
         )
         resp.media = MemberOut().dump(member)
 
@@ -151,7 +151,7 @@ class Member:
         self, req: falcon.Request, resp: falcon.Response, project_id: int, user_id: int
     ) -> None:
         require_project(session(req), principal(req), project_id, "admin")
-        members.remove_member(session(req), project_id=project_id, user_id=user_id)
+        members.remove_member(session(req), principal(req), project_id=project_id, user_id=user_id)
         resp.status = falcon.HTTP_204
 
 

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from errortrack.auth.passwords import hash_password
-from errortrack.errors import Conflict, Gone, NotFound, ValidationError
+from errortrack.errors import Conflict, Forbidden, Gone, NotFound, ValidationError
 from errortrack.models import GLOBAL_ROLES, Invitation, User
 from errortrack.state import CLOCK_SLACK, set_ahead
 from errortrack.team.users import check_password, normalise_email
@@ -54,6 +54,8 @@ def create_invitation(
     if role not in GLOBAL_ROLES:
         raise ValidationError("role must be admin or member", field="role")
     _lock_email(session, email)
+    if created_by is not None:
+        _require_admin_now(session, created_by)
     if session.scalar(sa.select(User.id).where(User.email == email)) is not None:
         raise Conflict("a user with this email already exists", field="email")
     if session.scalar(sa.select(Invitation.id).where(Invitation.email == email, _pending(now))):
@@ -69,6 +71,21 @@ def create_invitation(
     session.add(invitation)
     session.flush()
     return invitation
+
+
+def _require_admin_now(session: Session, user_id: int) -> None:
+    """403 unless ``user_id`` is a global admin now, its row locked until the commit.
+
+    The caller's role was read, unlocked, when the request was authenticated. An admin
+    making invitations while its demotion committed ended with links made after the
+    demotion's revocation of every pending one, and accepted one to come back as an
+    admin (4 of 80 in the security review, thirty-second session). FOR UPDATE waits for
+    a role change in flight (``roster._lock_admins`` locks every admin's row) and reads
+    the row as it then is; on SQLite, ``_lock_email``'s UPDATE has already started the
+    write transaction, so the read is of the committed role."""
+    role = session.scalar(sa.select(User.role).where(User.id == user_id).with_for_update())
+    if role != "admin":
+        raise Forbidden("only global admins may do this (your role changed)")
 
 
 def _lock_email(session: Session, email: str) -> None:

@@ -8,7 +8,8 @@ memberships. Invitations they sent stay, with ``created_by`` set to NULL, unless
 were an admin: an admin demoted or removed revokes every pending invitation, whose links
 it could read (``invitations.revoke_all_pending``).
 
-Callers check ``require_global_admin`` first; these functions enforce the team rules only.
+Callers check ``require_global_admin`` first; these functions check it again under their
+locks (``_lock_admins``) and enforce the team rules.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from errortrack.auth.permissions import Principal
-from errortrack.errors import Conflict, NotFound, ValidationError
+from errortrack.errors import Conflict, Forbidden, NotFound, ValidationError
 from errortrack.models import GLOBAL_ROLES, ApiToken, LoginSession, ProjectMember, User
 from errortrack.team.invitations import revoke_all_pending
 
@@ -36,17 +37,33 @@ def get_user(session: Session, user_id: int, *, lock: bool = False) -> User:
     return user
 
 
-def _lock_admins(session: Session) -> int:
-    """Lock every admin's row (in id order) and return how many there are.
+def _lock_admins(session: Session, actor: Principal) -> int:
+    """Lock every admin's row (in id order) and return how many there are; 403 when the
+    caller is no longer one of them.
 
     Taken first, before the target's row, and always in the same order: concurrent role
-    changes then queue instead of deadlocking, and two admins cannot each remove the other
-    (on Postgres; SQLite serialises writers anyway and ignores FOR UPDATE).
+    changes then queue instead of deadlocking. The caller's role was read, unlocked, when
+    the request was authenticated: two admins demoting each other at once both passed
+    (20 of 20 rounds on SQLite, 17 of 20 on PostgreSQL), as did an admin's changes while
+    its own demotion committed (security review, thirty-second session). So the caller
+    is checked again here, under the lock. SQLite ignores FOR UPDATE and reads outside a
+    transaction: a no-op UPDATE of the same rows starts its write transaction first.
     """
-    ids = session.scalars(
-        sa.select(User.id).where(User.role == "admin").order_by(User.id).with_for_update()
+    if session.get_bind().dialect.name == "sqlite":
+        session.execute(
+            sa.update(User)
+            .where(User.role == "admin")
+            .values(role=User.role)
+            .execution_options(synchronize_session=False)
+        )
+    ids = list(
+        session.scalars(
+            sa.select(User.id).where(User.role == "admin").order_by(User.id).with_for_update()
+        )
     )
-    return len(list(ids))
+    if actor.user_id not in ids:
+        raise Forbidden("only global admins may do this (your role changed)")
+    return len(ids)
 
 
 def change_role(
@@ -54,7 +71,7 @@ def change_role(
 ) -> User:
     if role not in GLOBAL_ROLES:
         raise ValidationError("role must be admin or member", field="role")
-    admins = _lock_admins(session)
+    admins = _lock_admins(session, actor)
     user = get_user(session, user_id, lock=True)
     if user.role == role:
         return user
@@ -70,7 +87,7 @@ def change_role(
 
 
 def remove_user(session: Session, actor: Principal, *, user_id: int, now: dt.datetime) -> None:
-    admins = _lock_admins(session)
+    admins = _lock_admins(session, actor)
     user = get_user(session, user_id, lock=True)
     if user.id == actor.user_id:
         raise Conflict("you cannot remove yourself")
