@@ -6,7 +6,7 @@ from typing import Any
 
 from alembic import context
 from alembic.util.exc import CommandError
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from errortrack import models  # noqa: F401  (registers every table on Base.metadata)
 from errortrack.db import Base, make_engine
@@ -52,8 +52,33 @@ def _refuse_unless_utf8(connection: Any) -> None:
         )
 
 
+def _sqlite_transactions(engine: Any) -> None:
+    """Real transactions around DDL on SQLite, SQLAlchemy's documented pysqlite recipe.
+
+    Python's sqlite3 (legacy mode) opens no transaction before DDL, so each CREATE INDEX
+    or batch rebuild committed as it ran while ``alembic_version`` moved only at the end:
+    a migration stopped part-way (SIGTERM from systemd, Ctrl-C, an OOM kill) left an
+    index or an ``_alembic_tmp_*`` table behind, and every later migrate or serve failed
+    on "already exists" until someone repaired the file by hand (operations review,
+    thirty-second session). With the driver's own handling off and an explicit BEGIN, a
+    run's DDL is all or nothing. Foreign keys go off first, outside any transaction (a
+    pragma inside one does nothing): a batch rebuild drops a parent table, which would
+    otherwise cascade into its children."""
+
+    @event.listens_for(engine, "connect")
+    def _driver_autocommit(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        dbapi_conn.execute("PRAGMA foreign_keys=OFF")
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN")
+
+
 def run_migrations_online(url: str) -> None:
     engine = make_engine(url)
+    if engine.dialect.name == "sqlite":
+        _sqlite_transactions(engine)
     try:
         with engine.connect() as connection:
             if connection.dialect.name == "postgresql":
@@ -66,15 +91,13 @@ def run_migrations_online(url: str) -> None:
                 connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
                 # Never queue behind a long transaction holding a lock: fail fast instead.
                 connection.execute(text("SET lock_timeout = '5s'"))
-                connection.execute(text("SET statement_timeout = '60s'"))
+                # But no bound on a statement's own work (over a role's or database's
+                # default too): an index of 0010 over 40M issues takes longer than the
+                # 60 s that was here, so such an instance could never upgrade, and serve
+                # never start (operations review, thirty-second session).
+                connection.execute(text("SET statement_timeout = 0"))
                 # Session-level settings survive the commit; without it SQLAlchemy's autobegun
                 # transaction would swallow Alembic's and roll the migration back on close.
-                connection.commit()
-            if connection.dialect.name == "sqlite":
-                # A batch migration rebuilds a table (copy, drop, rename); with foreign keys
-                # on, dropping a parent would cascade into its children. Only outside a
-                # transaction does the pragma take effect.
-                connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
                 connection.commit()
             context.configure(
                 connection=connection,
