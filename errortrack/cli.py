@@ -475,6 +475,18 @@ def requeue() -> None:
     from errortrack.state import AppState
 
     settings = _settings()
+    # Checked before anything is built: a data dir that is a file ended in a traceback,
+    # and a mistyped one was created, its empty quarantine reported, exit 0 (operations
+    # review, thirty-second session).
+    if settings.data_dir.is_file():
+        raise click.ClickException(
+            f"ERRORTRACK_DATA_DIR {settings.data_dir} is a file, not a directory"
+        )
+    if not settings.data_dir.is_dir():
+        raise click.ClickException(
+            f"ERRORTRACK_DATA_DIR {settings.data_dir} does not exist: no server has used it, "
+            "so there is no quarantine to requeue (is it the server's data dir?)"
+        )
     if settings.embedded_clickhouse and _data_dir_locked(settings):
         raise click.ClickException(
             f"the embedded ClickHouse store in {settings.data_dir} is in use by a running "

@@ -429,6 +429,20 @@ def test_requeue_inserts_the_rows_now_accepted_once_and_keeps_the_rest(tmp_path)
         done = errortrack("spool", "requeue", env=env)
         assert (done.returncode, done.stdout) == (0, "quarantine: empty\n")
 
+        # A data dir mistyped, or a file: one line, exit 1, nothing made (a traceback, and
+        # a new empty data dir with exit 0, before: operations review, thirty-second
+        # session).
+        (tmp_path / "a file").write_text("")
+        for wrong, says in (
+            (tmp_path / "no such dir", "does not exist"),
+            (tmp_path / "a file", "is a file"),
+        ):
+            refused = errortrack("spool", "requeue", env={**env, "ERRORTRACK_DATA_DIR": str(wrong)})
+            assert refused.returncode == 1, refused.stdout
+            assert refused.stderr.startswith("Error: ") and says in refused.stderr
+            assert "Traceback" not in refused.stderr
+        assert not (tmp_path / "no such dir").exists()
+
 
 # -- rows the grouping hook refuses -----------------------------------------------------
 def _issue_counts(state) -> dict[str, int]:
