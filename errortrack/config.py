@@ -96,8 +96,18 @@ def _retention_days(raw: str) -> int:
     return value
 
 
+def _float(raw: str) -> float:
+    # float() also takes "1_0", other scripts' digits, "1e3", "inf" and "nan"; a setting
+    # is ASCII digits with a decimal point at most (as README says; operations review,
+    # thirty-second session).
+    text = raw.strip()
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?|\.[0-9]+", text):
+        raise ValueError("expected a number written in digits 0-9, with a '.' at most")
+    return float(text)
+
+
 def _positive_float(raw: str) -> float:
-    value = float(raw)
+    value = _float(raw)
     # nan passes every comparison (a busy loop); inf and values above TIMEOUT_MAX make
     # Event.wait raise, which stopped the thread waiting on them.
     if not (math.isfinite(value) and 0 < value <= threading.TIMEOUT_MAX):
@@ -111,7 +121,7 @@ MAX_QUERY_TIMEOUT = 2_147_483
 
 
 def _query_timeout(raw: str) -> float:
-    value = float(raw)
+    value = _float(raw)
     if not (math.isfinite(value) and 0 <= value <= MAX_QUERY_TIMEOUT):
         raise ValueError(f"expected seconds from 0 (no limit) to {MAX_QUERY_TIMEOUT}")
     return value
@@ -199,10 +209,19 @@ def _cluster(raw: str) -> str:
     return raw
 
 
+# A DNS name (letters, digits, hyphens, underscores; IDNs in their xn-- form or as
+# Unicode letters), an IPv4 address, or an IPv6 address (urlsplit strips its brackets).
+_HOST = re.compile(r"[\w.-]+|[0-9A-Fa-f:.]+(%[\w.-]+)?")
+
+
 def _url(raw: str) -> str:
     parts = _split(raw)
     if parts.scheme not in {"http", "https"} or not parts.hostname or parts.port == 0:
         raise ValueError("expected an http(s)://host[:port] URL")
+    if not _HOST.fullmatch(parts.hostname):
+        # urlsplit takes any characters in a host: "exa mple.com" went into every DSN
+        # and invitation link (operations review, thirty-second session).
+        raise ValueError(f"{parts.hostname!r} is not a host name or IP address")
     if "@" in parts.netloc or parts.query or parts.fragment:
         # DSNs are built as <scheme>://<key>@<netloc><path>/<project>: a user and password
         # here made SDKs read the key as "<key>@user" (every request a 401) and published

@@ -98,6 +98,12 @@ def test_every_setting_is_in_the_readme():
         ("ERRORTRACK_PUBLIC_URL", "https://user:pw@et.example.com"),
         ("ERRORTRACK_PUBLIC_URL", "https://et.example.com/?x=1"),
         ("ERRORTRACK_PUBLIC_URL", "https://et.example.com/#top"),
+        # float() took these, urlsplit any host (operations review, thirty-second session).
+        ("ERRORTRACK_RETENTION_INTERVAL_SECONDS", "1_0"),
+        ("ERRORTRACK_RETENTION_INTERVAL_SECONDS", "\u0661\u0660"),
+        ("ERRORTRACK_QUERY_TIMEOUT_SECONDS", "3e1"),
+        ("ERRORTRACK_PUBLIC_URL", "http://exa mple.com"),
+        ("ERRORTRACK_PUBLIC_URL", "http://et<x>.example.com"),
         # Path("") is the current directory.
         ("ERRORTRACK_DATA_DIR", ""),
         ("ERRORTRACK_DATA_DIR", "  "),
