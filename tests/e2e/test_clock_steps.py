@@ -113,7 +113,7 @@ def test_credentials_made_while_the_clock_was_ahead_do_not_outlive_their_lifetim
     now = dt.datetime.now(dt.UTC)
     ahead = now + dt.timedelta(days=365)
     with db.unit_of_work(sessions_factory) as s:
-        user = add_user(s, "clock@example.com", "member")
+        user = add_user(s, "clock@example.com", "admin")
         login = login_sessions.start_session(s, user_id=user.id, now=ahead)
         invitation = create_invitation(
             s, email="new@example.com", role="member", created_by=user.id, now=ahead
