@@ -135,7 +135,10 @@ class LoginThrottle:
 
     @staticmethod
     def _delay(failures: int) -> dt.timedelta:
-        return min(FIRST_DELAY * 2 ** (failures - FREE_FAILURES), MAX_DELAY)
+        # The exponent is capped: one try per lockout for ~11 h took a pair to 46
+        # failures, FIRST_DELAY * 2**41 overflowed timedelta, and each failure after
+        # raised in ``failed`` before the lockout was set (a 500, and no lockout at all).
+        return min(FIRST_DELAY * 2 ** min(failures - FREE_FAILURES, 16), MAX_DELAY)
 
     @staticmethod
     def _refuse(wait: dt.timedelta) -> None:

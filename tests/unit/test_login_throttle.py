@@ -32,6 +32,24 @@ def test_five_free_failures_then_a_doubling_lockout_capped_at_15_minutes():
     assert waits == [60, 120, 240, 480, 900, 900]
 
 
+def test_a_lockout_holds_however_many_lockouts_came_before():
+    """One try as each lockout ends keeps the count: at 46 failures the delay's
+    2**41 minutes overflowed timedelta, ``failed`` raised (a 500) before the lockout was
+    set, and every try after that passed the check (eleven hours in)."""
+    clock = FrozenClock()
+    t = LoginThrottle(clock)
+    _fail(t, 5)
+    for _ in range(100):
+        with pytest.raises(RateLimited) as caught:
+            t.check("a@example.com", "1.2.3.4")
+        clock.advance(seconds=caught.value.retry_after)
+        _fail(t, 1)
+    assert t._entries[("a@example.com", "1.2.3.4")].failures == 105
+    with pytest.raises(RateLimited) as caught:
+        t.check("a@example.com", "1.2.3.4")
+    assert caught.value.retry_after == 900
+
+
 def test_failures_outside_the_window_are_forgotten():
     clock = FrozenClock()
     t = LoginThrottle(clock)
