@@ -131,6 +131,14 @@ class Unavailable(_RetryLater):
     code = "unavailable"
 
 
+class PasswordBusy(Unavailable):
+    """As many password checks as may run or wait are under way (``auth/passwords.py``):
+    each holds one of the API's threads, so the rest of the API is kept free of them. A
+    retry after ``Retry-After`` (a second, about one check's time) answers."""
+
+    code = "password_busy"
+
+
 class QueryMemory(Unavailable):
     """A ClickHouse read needed more than ``ERRORTRACK_QUERY_MAX_MEMORY_BYTES`` and was
     stopped: a narrower request (fewer or shorter rows per page, an earlier page, a

@@ -135,7 +135,8 @@ def test_password_hashes_are_computed_two_at_a_time(monkeypatch):
 
     monkeypatch.setattr(passwords, "_hasher", Counting())
     stored = real.hash("right password")
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    # As many threads as may run or wait: more are refused (test_password_busy.py).
+    with concurrent.futures.ThreadPoolExecutor(passwords.RUNNING + passwords.WAITING) as pool:
         checks = list(
             pool.map(
                 lambda i: passwords.verify_password(stored, "right password" if i % 2 else "no"),
