@@ -112,13 +112,43 @@ def resolve(peer: str, forwarded_for: str | None, trusted: Sequence[Network]) ->
     return str(current)
 
 
+class ProxyAddress(str):
+    """The key of a proxy's address that stands for every client behind it, none of them
+    named in a way that can be believed: the login throttle keeps its per-address budget
+    off it (``auth/throttle.py``), as that would let one client lock every login out. A
+    str like any key (equal to, and hashed as, the plain address), so the lockout per
+    (email, address) is unchanged."""
+
+    __slots__ = ()
+
+
+# Headers that proxies add to name their client (X-Real-IP: nginx setups; Forwarded: RFC
+# 7239). Not believed here: their presence only says that the peer is a proxy.
+_FORWARDING = ("X-Forwarded-For", "Forwarded", "X-Real-IP")
+
+
 def client_address(req: falcon.Request, trusted: Sequence[Network]) -> str:
     """The request's client as the login throttle keys it (see the module's docstring):
-    its address, or for IPv6 its /64 (``client_key``)."""
+    its address, or for IPv6 its /64 (``client_key``). A :class:`ProxyAddress` when it
+    is a proxy's that names no client we believe: a listed proxy with no client in
+    ``X-Forwarded-For``, or an unlisted peer that sends a forwarding header (a proxy in
+    front while ``ERRORTRACK_TRUSTED_PROXIES`` is not set, or a client pretending to
+    be one, which escapes no more than the per-address budget), or a peer that is no
+    address at all (a Unix socket's, which only a local proxy connects to)."""
     peer = req.remote_addr or ""
-    if not trusted:
-        return client_key(peer)
-    return client_key(resolve(peer, req.get_header("X-Forwarded-For"), trusted))
+    found = _address(peer)
+    if found is None:
+        return ProxyAddress(client_key(peer))
+    if not trusted or not _trusted(found, trusted):
+        key = client_key(peer)
+        if any(req.get_header(name) is not None for name in _FORWARDING):
+            return ProxyAddress(key)
+        return key
+    resolved = resolve(peer, req.get_header("X-Forwarded-For"), trusted)
+    client = _address(resolved)
+    if client is None or _trusted(client, trusted):
+        return ProxyAddress(client_key(resolved))
+    return client_key(resolved)
 
 
 def client_key(address: str) -> str:

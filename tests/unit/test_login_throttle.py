@@ -1,10 +1,12 @@
-"""The login failure counter: lockout, doubling delay, window, memory bound, reservations."""
+"""The login failure counter: lockout, doubling delay, window, memory bound, reservations,
+and the budget of a client address across emails."""
 
 from __future__ import annotations
 
 import pytest
 
-from errortrack.auth.throttle import LoginThrottle
+from errortrack.api.client_ip import ProxyAddress
+from errortrack.auth.throttle import ADDRESS_FREE_FAILURES, LoginThrottle
 from errortrack.errors import RateLimited
 from tests.support import FrozenClock
 
@@ -44,7 +46,7 @@ def test_a_lockout_holds_however_many_lockouts_came_before():
             t.check("a@example.com", "1.2.3.4")
         clock.advance(seconds=caught.value.retry_after)
         _fail(t, 1)
-    assert t._entries[("a@example.com", "1.2.3.4")].failures == 105
+    assert t._pairs.entries[("a@example.com", "1.2.3.4")].failures == 105
     with pytest.raises(RateLimited) as caught:
         t.check("a@example.com", "1.2.3.4")
     assert caught.value.retry_after == 900
@@ -74,7 +76,9 @@ def test_memory_stays_bounded():
     t = LoginThrottle(clock, max_entries=100)
     for i in range(1000):
         t.failed(f"user{i}@example.com", "1.2.3.4")
-    assert len(t._entries) <= 100
+        t.failed("a@example.com", f"10.0.{i // 256}.{i % 256}")
+    assert len(t._pairs.entries) <= 100
+    assert len(t._addresses.entries) <= 100
 
 
 def test_junk_failures_never_evict_a_lockout():
@@ -88,7 +92,8 @@ def test_junk_failures_never_evict_a_lockout():
     clock.advance(minutes=1)  # other's 1-minute lockout is over; victim's 8 are not
     for i in range(1000):
         clock.advance(microseconds=1)
-        _fail(t, 1, email=f"junk{i}@example.com")
+        # From many addresses: one address has a budget of its own across emails.
+        _fail(t, 1, email=f"junk{i}@example.com", ip=f"10.0.{i // 256}.{i % 256}")
     with pytest.raises(RateLimited):
         t.check("victim@example.com", "1.2.3.4")
     _fail(t, 1, email="other@example.com")  # the one try after a lockout: now 2 min
@@ -97,16 +102,16 @@ def test_junk_failures_never_evict_a_lockout():
     assert caught.value.retry_after == 120
     # New pairs are still admitted: nobody else is locked out.
     t.check("someone@example.com", "1.2.3.4")
-    assert len(t._entries) <= 100
+    assert len(t._pairs.entries) <= 100
 
 
 def test_a_table_full_of_lockouts_grows_rather_than_refusing_new_pairs():
     clock = FrozenClock()
     t = LoginThrottle(clock, max_entries=10)
     for i in range(20):
-        _fail(t, 5, email=f"locked{i}@example.com")
+        _fail(t, 5, email=f"locked{i}@example.com", ip=f"10.0.0.{i}")
     t.check("newcomer@example.com", "9.9.9.9")
-    assert len(t._entries) == 21
+    assert len(t._pairs.entries) == 21
 
 
 def test_parallel_attempts_are_reserved_before_the_password_check():
@@ -144,3 +149,96 @@ def test_success_and_release_free_the_reservation():
         t.check("b@example.com", "1.2.3.4")
     t.release("b@example.com", "1.2.3.4")
     t.check("b@example.com", "1.2.3.4")
+
+
+def test_an_address_failing_for_many_emails_is_locked_out_for_every_email():
+    """Junk logins with a new email each time, from one address, were never limited: the
+    lockout counts per (email, address). The address has a budget across emails."""
+    clock = FrozenClock()
+    t = LoginThrottle(clock)
+    for i in range(ADDRESS_FREE_FAILURES - 1):
+        _fail(t, 1, email=f"junk{i}@example.com")
+    # A success does not clear the address's count (an attacker's own account would).
+    t.check("mine@example.com", "1.2.3.4")
+    t.succeeded("mine@example.com", "1.2.3.4")
+    _fail(t, 1, email="one-more@example.com")
+    for email in ("new@example.com", "mine@example.com"):
+        with pytest.raises(RateLimited) as caught:
+            t.check(email, "1.2.3.4")
+        assert caught.value.retry_after == 60
+        assert "from this address" in caught.value.message
+    t.check("new@example.com", "5.6.7.8")  # that address only
+    # The same doubling as a pair's: one try after the lockout, then 2 min.
+    clock.advance(seconds=60)
+    _fail(t, 1, email="again@example.com")
+    with pytest.raises(RateLimited) as caught:
+        t.check("other@example.com", "1.2.3.4")
+    assert caught.value.retry_after == 120
+    # A quarter of an hour without a failure: a fresh budget.
+    clock.advance(minutes=16)
+    t.check("other@example.com", "1.2.3.4")
+
+
+def test_a_pair_locked_out_longer_than_its_address_says_its_own_wait():
+    clock = FrozenClock()
+    t = LoginThrottle(clock)
+    for _ in range(8):  # as the failures of parallel checks land: the pair, 8 min
+        t.failed("a@example.com", "1.2.3.4")
+    for i in range(ADDRESS_FREE_FAILURES - 8):
+        _fail(t, 1, email=f"junk{i}@example.com")  # the address: 1 min
+    with pytest.raises(RateLimited) as caught:
+        t.check("a@example.com", "1.2.3.4")
+    assert caught.value.retry_after == 480
+    with pytest.raises(RateLimited) as caught:
+        t.check("b@example.com", "1.2.3.4")
+    assert caught.value.retry_after == 60
+
+
+def test_parallel_attempts_from_one_address_are_reserved_too():
+    clock = FrozenClock()
+    t = LoginThrottle(clock)
+    passed = 0
+    for i in range(64):
+        try:
+            t.check(f"junk{i}@example.com", "1.2.3.4")
+            passed += 1
+        except RateLimited as e:
+            assert e.retry_after == 1
+    assert passed == ADDRESS_FREE_FAILURES
+    # Attempts that did not check a password (no hashing slot: 503) free their place.
+    for i in range(ADDRESS_FREE_FAILURES):
+        t.release(f"junk{i}@example.com", "1.2.3.4")
+    t.check("late@example.com", "1.2.3.4")
+
+
+def test_a_proxys_address_has_no_address_budget():
+    """Behind a proxy that is not trusted every client has its address: a budget there
+    would let one attacker lock every login out. The pair's lockout still holds."""
+    clock = FrozenClock()
+    t = LoginThrottle(clock)
+    proxy = ProxyAddress("10.0.0.5")
+    for i in range(5 * ADDRESS_FREE_FAILURES):
+        _fail(t, 1, email=f"junk{i}@example.com", ip=proxy)
+    t.check("someone@example.com", proxy)
+    t.succeeded("someone@example.com", proxy)
+    assert not t._addresses.entries
+    _fail(t, 5, ip=proxy)
+    with pytest.raises(RateLimited):
+        t.check("a@example.com", proxy)
+    # The same address not as a proxy's (no forwarding header) has its budget untouched.
+    t.check("b@example.com", "10.0.0.5")
+    t.release("b@example.com", "10.0.0.5")
+
+
+def test_junk_addresses_never_evict_an_address_lockout():
+    clock = FrozenClock()
+    t = LoginThrottle(clock, max_entries=100)
+    for i in range(ADDRESS_FREE_FAILURES):
+        _fail(t, 1, email=f"junk{i}@example.com")
+    for i in range(1000):
+        clock.advance(microseconds=1)
+        _fail(t, 1, ip=f"10.0.{i // 256}.{i % 256}")
+    with pytest.raises(RateLimited):
+        t.check("new@example.com", "1.2.3.4")
+    assert len(t._addresses.entries) <= 100
+    t.check("new@example.com", "9.9.9.9")  # new addresses are still admitted

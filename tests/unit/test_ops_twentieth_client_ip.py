@@ -12,7 +12,14 @@ import dataclasses
 import falcon.testing
 import pytest
 
-from errortrack.api.client_ip import client_key, parse_trusted_proxies, resolve
+from errortrack.api.client_ip import (
+    ProxyAddress,
+    client_address,
+    client_key,
+    parse_trusted_proxies,
+    resolve,
+)
+from errortrack.auth.throttle import ADDRESS_FREE_FAILURES
 from errortrack.config import Settings, SettingsError
 from errortrack.server import create_server_app
 from errortrack.state import AppState
@@ -208,3 +215,73 @@ def test_serve_refuses_a_malformed_setting_at_start_up(tmp_path):
         "write the network (10.0.0.0/8) or the address"
     ]
     assert not (tmp_path / "data").exists()  # refused before anything was created
+
+
+def _fail_many_emails(client, n, **where):
+    for i in range(n):
+        body = {"email": f"junk{i}@example.com", "password": "guess-guess"}
+        headers = {"X-Forwarded-For": where["xff"]} if where.get("xff") is not None else {}
+        resp = client.simulate_post(
+            "/auth/login", json=body, remote_addr=where["peer"], headers=headers
+        )
+        assert resp.status_code == 401, resp.text
+
+
+def test_an_address_failing_for_many_emails_is_locked_out_for_every_email(state, client):
+    # A new email each time met no lockout (it counts per email and address): an address
+    # has a budget of failures across emails; past it even the right password waits.
+    build_world(state, client)
+    try:
+        _fail_many_emails(client, ADDRESS_FREE_FAILURES, peer="198.51.100.9")
+        locked = _login(client, peer="198.51.100.9")
+        assert locked.status_code == 429 and locked.headers["Retry-After"] == "60"
+        assert _login(client, peer="198.51.100.10").status_code == 200
+    finally:
+        state.ingest.writer.spool.close()
+
+
+def test_a_proxy_without_trusted_proxies_has_no_address_budget(state, client):
+    # Every client behind it shares its address: one attacker's 20 failures would lock
+    # everyone's logins out. A forwarding header is how a proxy shows itself.
+    build_world(state, client)
+    try:
+        _fail_many_emails(client, 2 * ADDRESS_FREE_FAILURES, peer=PROXY, xff="203.0.113.66")
+        assert _login(client, peer=PROXY, xff="198.51.100.7").status_code == 200
+        # Without the header the same peer is a client like any other.
+        _fail_many_emails(client, ADDRESS_FREE_FAILURES, peer="198.51.100.9")
+        assert _login(client, peer="198.51.100.9").status_code == 429
+    finally:
+        state.ingest.writer.spool.close()
+
+
+def test_behind_a_trusted_proxy_each_client_has_its_budget(behind_proxy):
+    _fail_many_emails(behind_proxy, ADDRESS_FREE_FAILURES, peer=PROXY, xff="203.0.113.66")
+    assert _login(behind_proxy, peer=PROXY, xff="203.0.113.66").status_code == 429
+    assert _login(behind_proxy, peer=PROXY, xff="198.51.100.7").status_code == 200
+    # The proxy's own address (no client named) stands for everyone: no budget.
+    _fail_many_emails(behind_proxy, ADDRESS_FREE_FAILURES, peer=PROXY)
+    assert _login(behind_proxy, peer=PROXY).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("peer", "headers", "key", "proxy"),
+    [
+        ("203.0.113.9", {}, "203.0.113.9", False),
+        ("203.0.113.9", {"X-Forwarded-For": "1.2.3.4"}, "203.0.113.9", True),
+        ("203.0.113.9", {"X-Real-IP": "1.2.3.4"}, "203.0.113.9", True),
+        ("203.0.113.9", {"Forwarded": "for=1.2.3.4"}, "203.0.113.9", True),
+        ("10.0.0.5", {}, "10.0.0.5", True),  # a trusted proxy naming no client
+        ("10.0.0.5", {"X-Forwarded-For": "1.2.3.4"}, "1.2.3.4", False),
+        ("10.0.0.5", {"X-Forwarded-For": "10.0.0.8"}, "10.0.0.8", True),  # all trusted
+        ("10.0.0.5", {"X-Forwarded-For": "1.2.3.4, junk"}, "10.0.0.5", True),
+        ("10.0.0.5", {"X-Forwarded-For": "2001:db8:0:1::5"}, "2001:db8:0:1::/64", False),
+        ("", {}, "", True),  # a Unix socket: only a local proxy connects there
+    ],
+)
+def test_which_client_addresses_stand_for_a_proxy(peer, headers, key, proxy):
+    req = falcon.testing.create_req(remote_addr=peer or None, headers=headers)
+    if not peer:
+        req.env["REMOTE_ADDR"] = ""
+    found = client_address(req, parse_trusted_proxies("10.0.0.0/24"))
+    assert found == key
+    assert isinstance(found, ProxyAddress) is proxy
