@@ -68,7 +68,7 @@ class Lifecycle:
                     raise
             self._started = True
             self.state.start_background()
-            if self.lock_data_dir and self.state.settings.embedded_clickhouse:
+            if self.state.settings.embedded_clickhouse:
                 self._check_engine()
         # Everything built so far (modules, the app, the stores' clients: ~80k objects)
         # lives as long as the worker. Left to the cyclic GC, each full collection walks
@@ -79,9 +79,17 @@ class Lifecycle:
         gc.freeze()
 
     def _check_engine(self) -> None:
-        """Under plain gunicorn, say at once when chDB cannot be opened here: it allows one
-        process per directory, so a second worker (-w 2) acknowledged ingest its writer
-        could never insert (``serve`` runs one worker on the embedded store for this)."""
+        """Open chDB now, and say at once when it cannot be opened here: it allows one
+        process per directory, so a second worker under plain gunicorn (-w 2)
+        acknowledged ingest its writer could never insert (``serve`` runs one worker on
+        the embedded store for this).
+
+        Under ``serve`` too: the engine was opened at its first use, so a second server
+        whose own data dir was free but whose ``ERRORTRACK_CLICKHOUSE_URL`` named this
+        one's chDB directory passed its migrations and took the engine over while this
+        one was idle (its ingest then spooled and its API answered 503 until the other
+        stopped; operations review, thirty-second session). Held from the start, the
+        directory refuses the second server's migrations, which say so in one line."""
         try:
             self.state.clickhouse.ping()
         except Exception as exc:  # chDB's "Cannot lock file ... status", or any failure

@@ -126,7 +126,8 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = Path(env["ERRORTRACK_DATA_DIR"]).parent / f"server-{self.port}.log"
 
-    def start(self, timeout: float = 60) -> Server:
+    def start(self, timeout: float = 60, *, ready: str = "/readyz") -> Server:
+        """Start, and wait until ``ready`` answers 200 (``/healthz`` touches no store)."""
         Path(self.env["ERRORTRACK_DATA_DIR"]).mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
@@ -151,7 +152,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited early:\n{self.log()}")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                if httpx.get(f"{self.url}{ready}", timeout=2).status_code == 200:
                     return self
             time.sleep(0.1)
         self.stop()

@@ -377,6 +377,34 @@ def test_migrate_names_the_embedded_store_another_process_holds(tmp_path):
         holder.communicate("", timeout=30)
 
 
+def test_a_second_server_on_another_data_dir_but_this_ones_chdb_is_refused(tmp_path):
+    """chDB was opened at its first use: a second server whose own data dir was free but
+    whose ERRORTRACK_CLICKHOUSE_URL named an idle server's chDB directory passed its
+    migrations and took the engine over (operations review, thirty-second session).
+    The first is started without /readyz, which would open the engine itself."""
+    shared = (tmp_path / "shared" / "clickhouse").resolve()
+    first = Server(
+        server_env(
+            tmp_path / "a",
+            f"sqlite:///{tmp_path}/a.db",
+            ERRORTRACK_CLICKHOUSE_URL=f"chdb://{shared}",
+        )
+    ).start(ready="/healthz")
+    try:
+        env = server_env(
+            tmp_path / "b",
+            f"sqlite:///{tmp_path}/b.db",
+            ERRORTRACK_CLICKHOUSE_URL=f"chdb://{shared}",
+        )
+        second = errortrack("serve", "--port", "1", env=env, timeout=60)
+        assert second.returncode == 1
+        assert f"another process holds the embedded ClickHouse store at {shared}" in second.stderr
+        assert "Error: migrations failed; the server was not started" in second.stderr
+    finally:
+        first.stop()
+    assert first.proc is not None and first.proc.returncode == 0, first.log()
+
+
 def test_a_percent_encoded_clickhouse_password_is_sent_decoded(tmp_path):
     # The settings tell an operator to percent-encode '@ / # ?' in the password; it went
     # to the server still encoded ("p%40ss"), a 401 that looked like a wrong password.
