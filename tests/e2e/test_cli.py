@@ -169,12 +169,16 @@ def test_worker_start_freezes_what_lives_as_long_as_the_worker(monkeypatch):
     (asgi.Lifecycle.start): a full collection of them held the GIL for ~60 ms. serve's
     hooks and the ASGI lifespan both start and stop the work: it happens once each."""
     import gc
+    import types
 
     from errortrack import asgi, cli
 
     calls = []
 
     class _State:
+        # Not the embedded engine: the worker's start then opens no store.
+        settings = types.SimpleNamespace(embedded_clickhouse=False)
+
         def start_background(self) -> None:
             calls.append("start")
 
