@@ -100,21 +100,64 @@ def migrate_all(settings: Settings) -> tuple[list[str], list[str]]:
 
     A store that cannot be reached (or a data dir that cannot be) is one line and a
     ClickException, as `check` says it, not a driver's traceback."""
+    if not settings.database_url or not settings.clickhouse_url:
+        _make_data_dir(settings)
+    relational_applied = upgrade_relational(settings)
+    with _embedded_turn(settings):
+        return relational_applied, _migrate_clickhouse(settings)
+
+
+@contextlib.contextmanager
+def _embedded_turn(settings: Settings) -> Iterator[None]:
+    """Processes migrating one embedded engine take turns, as they do on the relational
+    store (``relational.migration_lock``): chDB allows one process per directory, and of
+    three `migrate` started at once on a new data dir two failed, each printing chDB's own
+    "Cannot lock file" line beside its error (operations review, thirty-second session).
+    An flock on ``<chDB directory>.migrate.lock``, waited for as long as the relational
+    lock is; the next finds the work done. ``serve``'s own migration takes it too."""
+    if not settings.embedded_clickhouse:
+        yield
+        return
+    where = Path(settings.resolved_clickhouse_url.removeprefix("chdb://"))
+    path = where.with_name(where.name + ".migrate.lock")
+    try:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        handle = path.open("a")
+    except OSError as exc:
+        raise click.ClickException(
+            f"ClickHouse store (ERRORTRACK_CLICKHOUSE_URL): cannot open the lock file "
+            f"{path}: {_root_cause(exc)}"
+        ) from None
+    with handle:
+        deadline = time.monotonic() + relational.LOCK_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise click.ClickException(
+                        "another process has been migrating the embedded ClickHouse store "
+                        f"at {where} for {relational.LOCK_WAIT_SECONDS:.0f} s ({path}); "
+                        "is it stuck?"
+                    ) from None
+                time.sleep(0.1)
+        yield
+
+
+def _migrate_clickhouse(settings: Settings) -> list[str]:
     from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
     from errortrack.analytics import ClickHouse
     from errortrack.analytics import migrate as ch_migrate
 
-    if not settings.database_url or not settings.clickhouse_url:
-        _make_data_dir(settings)
-    relational_applied = upgrade_relational(settings)
     store = ClickHouse(settings.resolved_clickhouse_url, cluster=settings.clickhouse_cluster)
     # The driver also logs a refused connection as a warning: the error below says it.
     driver_log = logging.getLogger("clickhouse_connect")
     level = driver_log.level
     driver_log.setLevel(logging.ERROR)
     try:
-        return relational_applied, ch_migrate.apply(store)
+        return ch_migrate.apply(store)
     # OSError: the embedded engine's directory cannot be made (a file in its place,
     # another user's directory), which was mkdir's traceback.
     except (OperationalError, DatabaseError, OSError) as exc:

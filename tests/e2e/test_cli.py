@@ -164,6 +164,32 @@ def test_migrate_then_check(tmp_path):
         assert check.stdout.splitlines() == ["relational: ok", "clickhouse: ok"]
 
 
+def test_migrations_started_at_once_on_a_new_data_dir_take_turns(tmp_path):
+    """chDB allows one process per directory: of three `migrate` at once on a new data
+    dir, two failed, printing chDB's own "Cannot lock file" line beside their error
+    (operations review, thirty-second session). They take turns on the embedded engine
+    as on the relational store; one applies, the others find the work done."""
+    with scratch_database(tmp_path) as url:
+        env = server_env(tmp_path / "data", url)
+        runs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "errortrack", "migrate"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(3)
+        ]
+        outcomes = [(run.wait(timeout=120), *run.communicate()) for run in runs]
+        assert [code for code, _, _ in outcomes] == [0, 0, 0], outcomes
+        assert all(err == "" for _, _, err in outcomes), outcomes
+        applied = [out.splitlines()[-1] for _, out, _ in outcomes]
+        fresh = [line for line in applied if line.startswith("clickhouse: applied 0001_logs")]
+        assert len(fresh) == 1, applied
+        assert applied.count("clickhouse: applied nothing (up to date)") == 2, applied
+
+
 def test_worker_start_freezes_what_lives_as_long_as_the_worker(monkeypatch):
     """After the worker's start-up, the long-lived objects leave the cyclic GC's scans
     (asgi.Lifecycle.start): a full collection of them held the GIL for ~60 ms. serve's
