@@ -43,10 +43,14 @@ def login(
     try:
         user = session.scalar(sa.select(User).where(User.email == email)) if email else None
         ok = verify_password(user.password_hash if user else _dummy_hash(), password or "")
+        # Inside the try: its write can fail (a read-only standby, a lock wait timing
+        # out), and the attempt reserved above was then never released: five such
+        # logins locked the email out until a restart (diff review).
+        ok = ok and user is not None and _still_the_same(session, user)
     except BaseException:
         throttle.release(email, ip)
         raise
-    if user is None or not ok or not _still_the_same(session, user):
+    if user is None or not ok:
         throttle.failed(email, ip)
         raise Unauthorized("invalid email or password")
     throttle.succeeded(email, ip)

@@ -503,3 +503,27 @@ def test_a_login_whose_user_changes_during_its_password_check_starts_no_session(
     with world.state.engine.connect() as conn:
         left = conn.execute(sa.select(LoginSession).where(LoginSession.user_id == user_id)).all()
     assert left == []
+
+
+def test_a_login_whose_store_refuses_the_row_lock_releases_its_throttle_reservation(world):
+    """The row lock after the password check is a write, which a read-only standby or a
+    lock wait running out refuses. It ran outside the part of login() that releases the
+    attempt the throttle reserved: five such logins with the right password left the
+    email locked out (429) until the process restarted (diff review, thirty-second
+    session)."""
+    user_id = world.add_user(email="standby@example.com")
+
+    def refuse(_conn, _cursor, statement, params, *_args):
+        if statement.lstrip().upper().startswith("UPDATE USERS"):
+            raise sa.exc.OperationalError(statement, params, Exception("read-only"))
+
+    sa.event.listen(world.state.engine, "before_cursor_execute", refuse)
+    try:
+        for _ in range(5):
+            resp = _login(world.client, "standby@example.com")
+            assert resp.status_code in (500, 503), resp.text
+    finally:
+        sa.event.remove(world.state.engine, "before_cursor_execute", refuse)
+    resp = _login(world.client, "standby@example.com")
+    assert resp.status_code == 200, resp.text
+    assert resp.json["user"]["id"] == user_id
