@@ -377,3 +377,68 @@ def test_a_revoke_during_an_accept_waits_for_it_and_is_410(world, monkeypatch):
             )
         ).one()
     assert row.accepted_at is not None and row.revoked_at is None
+
+
+@pytest.mark.parametrize("action", ["revoke", "accept"])
+def test_a_demotion_during_a_revoke_or_accept_waits_for_it(world, state, action):
+    """The invitation was locked by a no-op UPDATE; on PostgreSQL its second write then
+    checked the created_by foreign key again (a share lock on the creator's row), while
+    a demotion held every admin's row and waited for that invitation to revoke it: a
+    deadlock, one of the two a 503 (diff review, thirty-second session). Each now waits
+    for the other."""
+    from errortrack.auth.permissions import Principal
+    from errortrack.models import User
+    from errortrack.team.roster import change_role
+
+    with db.unit_of_work(state.sessions) as s:
+        s.get(User, world.users["outsider"]).role = "admin"
+        made = invitations.create_invitation(
+            s,
+            email="waiting@example.com",
+            role="member",
+            created_by=world.users["admin"],
+            now=state.clock(),
+        )
+        invitation_id, token = made.id, made.token
+    locked = threading.Event()
+    outcomes: dict[str, str] = {}
+
+    def hold() -> None:
+        try:
+            with db.unit_of_work(state.sessions) as s:
+
+                def after(_conn, _cursor, statement, *_args) -> None:
+                    if "invitations" in statement and not locked.is_set():
+                        locked.set()
+                        time.sleep(1.0)  # the demotion reaches its wait meanwhile
+
+                sa.event.listen(s.connection(), "after_cursor_execute", after)
+                if action == "revoke":
+                    invitations.revoke_invitation(s, invitation_id=invitation_id, now=state.clock())
+                else:
+                    invitations.accept_invitation(
+                        s, token=token, password=PASSWORD, now=state.clock()
+                    )
+            outcomes[action] = "ok"
+        except Exception as exc:
+            outcomes[action] = type(exc).__name__
+
+    def demote() -> None:
+        assert locked.wait(timeout=10)
+        time.sleep(0.2)
+        primary = Principal(user_id=world.users["primary"], role="admin", is_primary=True)
+        try:
+            with db.unit_of_work(state.sessions) as s:
+                change_role(
+                    s, primary, user_id=world.users["outsider"], role="member", now=state.clock()
+                )
+            outcomes["demote"] = "ok"
+        except Exception as exc:
+            outcomes["demote"] = type(exc).__name__
+
+    threads = [threading.Thread(target=hold), threading.Thread(target=demote)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert outcomes == {action: "ok", "demote": "ok"}
