@@ -89,6 +89,8 @@ class _Entry:
     last_failure: dt.datetime
     blocked_until: dt.datetime | None = None
     in_flight: int = 0
+    # The first failure of the window now counted (below the lockout threshold).
+    since: dt.datetime | None = None
 
 
 class _Counts(Generic[K]):
@@ -120,6 +122,16 @@ class _Counts(Generic[K]):
         # None if a success cleared the entry meanwhile: count afresh.
         entry = self.live(key, now) or self.add(key, now)
         entry.in_flight = max(entry.in_flight - 1, 0)
+        if entry.failures < self.free_failures and (
+            entry.since is None or now - entry.since > WINDOW
+        ):
+            # Below the lockout, failures count within WINDOW of the first: staleness
+            # alone (a window without any failure) let a trickle add up, and one mistype
+            # every 14 minutes behind an office's address, which no success clears,
+            # locked the office out after 4 h 26 min (diff review, thirty-second
+            # session). Past the threshold the count goes on (the doubling) until stale.
+            entry.failures = 0
+            entry.since = now
         entry.failures += 1
         entry.last_failure = now
         if entry.failures >= self.free_failures:
