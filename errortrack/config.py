@@ -209,16 +209,27 @@ def _cluster(raw: str) -> str:
     return raw
 
 
-# A DNS name (letters, digits, hyphens, underscores; IDNs in their xn-- form or as
-# Unicode letters), an IPv4 address, or an IPv6 address (urlsplit strips its brackets).
-_HOST = re.compile(r"[\w.-]+|[0-9A-Fa-f:.]+(%[\w.-]+)?")
+# A DNS name as sent (ASCII letters, digits, hyphens, underscores, dots: an IDN is
+# checked in its xn-- form), an IPv4 address, or an IPv6 address (urlsplit strips its
+# brackets), perhaps with a zone.
+_HOST = re.compile(r"[A-Za-z0-9_.-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?")
+
+
+def _host_ok(host: str) -> bool:
+    # An IDN goes through Python's IDNA codec first: a pattern of Unicode letters (\w)
+    # refused names with combining marks, such as errors.भारत (diff review).
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return False
+    return _HOST.fullmatch(ascii_host) is not None
 
 
 def _url(raw: str) -> str:
     parts = _split(raw)
     if parts.scheme not in {"http", "https"} or not parts.hostname or parts.port == 0:
         raise ValueError("expected an http(s)://host[:port] URL")
-    if not _HOST.fullmatch(parts.hostname):
+    if not _host_ok(parts.hostname):
         # urlsplit takes any characters in a host: "exa mple.com" went into every DSN
         # and invitation link (operations review, thirty-second session).
         raise ValueError(f"{parts.hostname!r} is not a host name or IP address")

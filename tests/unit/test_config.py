@@ -185,3 +185,21 @@ def test_url_schemes_and_hosts_are_stored_lower_case():
 def test_a_plain_postgresql_url_uses_the_installed_driver():
     s = Settings.from_env({"ERRORTRACK_DATABASE_URL": "postgresql://u@db/et"})
     assert s.resolved_database_url == "postgresql+psycopg://u@db/et"
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "errors.\u092d\u093e\u0930\u0924",
+        "errors.\u4e2d\u56fd",
+        "e\u0301xample.com",
+        "[fe80::1%25eth0]",
+        "localhost",
+        "example.com.",
+    ],
+)
+def test_public_urls_with_any_real_host_are_accepted(host):
+    # Unicode names with combining marks (errors.भारत) were refused by a pattern of
+    # Unicode letters (diff review, thirty-second session).
+    url = f"https://{host}:8443"
+    assert Settings.from_env({"ERRORTRACK_PUBLIC_URL": url}).public_url == url
