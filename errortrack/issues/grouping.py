@@ -12,7 +12,11 @@ the hook
 2. resolves each (project, fingerprint) to an issue id: from an in-memory cache, else
    by one SELECT per project, creating the issues that do not exist yet (not on a
    replay: its issues were created when it was first taken, so one missing now was
-   deleted since, and its rows are dropped with it);
+   deleted since, and its rows are dropped with it. Only where several workers write
+   (server mode) can another worker's new events of the fingerprint have made the issue
+   again before the replay: its rows then go into that issue uncounted, as they did
+   before the thirty-second session; telling the two apart needs the issue's creation
+   time, which is not stored);
 3. drops events already stored (an SDK resending an event it saw fail, or a segment
    replayed after its insert): one ClickHouse query per batch by (project, issue,
    event_id), plus repeats within the batch;
