@@ -113,23 +113,35 @@ def _embedded_turn(settings: Settings) -> Iterator[None]:
     store (``relational.migration_lock``): chDB allows one process per directory, and of
     three `migrate` started at once on a new data dir two failed, each printing chDB's own
     "Cannot lock file" line beside its error (operations review, thirty-second session).
-    ``relational.file_lock`` on ``<chDB directory>.migrate.lock``, waited for as long as
-    the relational lock is; the next finds the work done. ``serve``'s own migration
-    takes it too."""
+    An flock on ``<chDB directory>.migrate.lock``, waited for as long as the relational
+    lock is; the next finds the work done. ``serve``'s own migration takes it too."""
     if not settings.embedded_clickhouse:
         yield
         return
     where = Path(settings.resolved_clickhouse_url.removeprefix("chdb://"))
     path = where.with_name(where.name + ".migrate.lock")
-    what = f"the embedded ClickHouse store at {where}"
-    with contextlib.ExitStack() as held:
-        try:
-            where.parent.mkdir(parents=True, exist_ok=True)
-            held.enter_context(relational.file_lock(path, relational.LOCK_WAIT_SECONDS, what))
-        except (OSError, relational.MigrationLockError) as exc:
-            raise click.ClickException(
-                f"ClickHouse store (ERRORTRACK_CLICKHOUSE_URL): {exc}"
-            ) from None
+    try:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        handle = path.open("a")
+    except OSError as exc:
+        raise click.ClickException(
+            f"ClickHouse store (ERRORTRACK_CLICKHOUSE_URL): cannot open the lock file "
+            f"{path}: {_root_cause(exc)}"
+        ) from None
+    with handle:
+        deadline = time.monotonic() + relational.LOCK_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise click.ClickException(
+                        "another process has been migrating the embedded ClickHouse store "
+                        f"at {where} for {relational.LOCK_WAIT_SECONDS:.0f} s ({path}); "
+                        "is it stuck?"
+                    ) from None
+                time.sleep(0.1)
         yield
 
 

@@ -85,15 +85,6 @@ def migration_lock(url: str, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
         # cannot create the database either and says so itself.
         yield
         return
-    with file_lock(path, wait, "this store"):
-        yield
-
-
-@contextlib.contextmanager
-def file_lock(path: Path, wait: float, what: str) -> Iterator[None]:
-    """Hold an exclusive flock on ``path`` (made if missing) for the block, waiting up to
-    ``wait`` seconds for another process's; MigrationLockError names ``what`` the lock
-    guards when it cannot be had. Also the embedded ClickHouse store's (cli.py)."""
     try:
         # Readable and writable by all the umask allows: the file's owner (whoever
         # migrated first, root running `token create` say) must not decide who may
@@ -131,7 +122,7 @@ def file_lock(path: Path, wait: float, what: str) -> Iterator[None]:
                 # PostgreSQL's lock_timeout, in case the other process hangs.
                 if time.monotonic() >= deadline:
                     raise MigrationLockError(
-                        f"another process has been migrating {what} for {wait:.0f} s "
+                        f"another process has been migrating this store for {wait:.0f} s "
                         f"(it holds {path}); stop it or try again"
                     ) from None
                 time.sleep(0.05)
